@@ -1,0 +1,88 @@
+import { and, asc, eq, gt, sql } from 'drizzle-orm';
+import type { CreateGoodsBody, GoodsInit } from '../workers/schemas';
+import type { Db } from './client';
+import { ORDER_STATUS, seckillGoods, seckillOrder } from './schema';
+
+export type GoodsRow = typeof seckillGoods.$inferSelect;
+
+/** Creates a goods with all of its stock free. */
+export async function insertGoods(db: Db, body: CreateGoodsBody): Promise<GoodsRow> {
+  const [row] = await db
+    .insert(seckillGoods)
+    .values({
+      activityId: body.activityId,
+      title: body.title,
+      imageUrl: body.imageUrl ?? null,
+      priceCents: body.priceCents,
+      totalStock: body.stock,
+      stock: body.stock,
+      startAt: new Date(body.startAt),
+      endAt: new Date(body.endAt),
+      payTimeoutSeconds: body.payTimeoutSeconds ?? 900,
+      locationHint: body.locationHint ?? null,
+    })
+    .returning();
+  if (!row) {
+    throw new Error('insert into seckill_goods returned no row');
+  }
+  return row;
+}
+
+export async function findGoods(db: Db, goodsId: number): Promise<GoodsRow | undefined> {
+  const [row] = await db.select().from(seckillGoods).where(eq(seckillGoods.id, goodsId)).limit(1);
+  return row;
+}
+
+/** Goods whose sale has not ended more than `endedWithinMs` ago, earliest first. */
+export function listCurrentGoods(db: Db, now: number, endedWithinMs = 0): Promise<GoodsRow[]> {
+  return db
+    .select()
+    .from(seckillGoods)
+    .where(gt(seckillGoods.endAt, new Date(now - endedWithinMs)))
+    .orderBy(asc(seckillGoods.startAt), asc(seckillGoods.id))
+    .limit(500);
+}
+
+export async function setGoodsPaused(db: Db, goodsId: number, paused: boolean): Promise<GoodsRow | undefined> {
+  const [row] = await db
+    .update(seckillGoods)
+    .set({ status: paused ? 1 : 0, updatedAt: new Date() })
+    .where(eq(seckillGoods.id, goodsId))
+    .returning();
+  return row;
+}
+
+/** Order counts by status for one goods. */
+export async function countOrdersByStatus(db: Db, goodsId: number): Promise<Record<number, number>> {
+  const rows = await db
+    .select({ status: seckillOrder.status, n: sql<number>`count(*)::int` })
+    .from(seckillOrder)
+    .where(eq(seckillOrder.goodsId, goodsId))
+    .groupBy(seckillOrder.status);
+  return Object.fromEntries(rows.map((r) => [r.status, r.n]));
+}
+
+/** Live (pending or paid) orders of one goods. */
+export async function countLiveOrders(db: Db, goodsId: number): Promise<number> {
+  const [row] = await db
+    .select({ n: sql<number>`count(*)::int` })
+    .from(seckillOrder)
+    .where(and(eq(seckillOrder.goodsId, goodsId), sql`${seckillOrder.status} IN (${ORDER_STATUS.PENDING_PAYMENT}, ${ORDER_STATUS.PAID})`));
+  return row?.n ?? 0;
+}
+
+/** The settings a goods' stock object is initialised from. */
+export function toGoodsInit(row: GoodsRow): GoodsInit {
+  return {
+    goodsId: row.id,
+    activityId: row.activityId,
+    title: row.title,
+    priceCents: row.priceCents,
+    totalStock: row.totalStock,
+    stock: row.stock,
+    startAt: row.startAt.getTime(),
+    endAt: row.endAt.getTime(),
+    paused: row.status === 1,
+    payTimeoutSeconds: row.payTimeoutSeconds,
+  };
+}

@@ -1,0 +1,61 @@
+import { and, eq, sql } from 'drizzle-orm';
+import type { Db } from './client';
+import { mqConsumeLog, ORDER_STATUS, seckillGoods, seckillOrder } from './schema';
+
+export type OrderRow = typeof seckillOrder.$inferSelect;
+
+export type CloseResult =
+  /** The order moved to the target status and its unit went back to stock. */
+  | { kind: 'closed'; order: OrderRow }
+  /** The order was already closed or cancelled before: nothing moved now. */
+  | { kind: 'already-closed'; order: OrderRow }
+  /** Paid (or refunded): a closed order cannot take the unit back. */
+  | { kind: 'not-pending'; order: OrderRow }
+  | { kind: 'not-yet-due'; order: OrderRow }
+  | { kind: 'missing' };
+
+/**
+ * Closes a pending order (cancelled by its owner, or its payment window over) and returns its
+ * unit to Postgres' stock, in one transaction. The update is guarded by `status = PENDING`,
+ * so a payment and a close racing for the same order end with exactly one winner.
+ */
+export async function closePendingOrder(
+  db: Db,
+  orderId: string,
+  to: typeof ORDER_STATUS.CANCELLED | typeof ORDER_STATUS.CLOSED_TIMEOUT,
+  now = Date.now(),
+): Promise<CloseResult> {
+  return db.transaction(async (tx) => {
+    const guard = [eq(seckillOrder.id, orderId), eq(seckillOrder.status, ORDER_STATUS.PENDING_PAYMENT)];
+    if (to === ORDER_STATUS.CLOSED_TIMEOUT) {
+      guard.push(sql`${seckillOrder.payDeadline} <= ${new Date(now)}`);
+    }
+    const [closed] = await tx
+      .update(seckillOrder)
+      .set({ status: to, closedAt: new Date(now), updatedAt: new Date(now) })
+      .where(and(...guard))
+      .returning();
+    if (closed) {
+      await tx
+        .update(seckillGoods)
+        .set({ stock: sql`${seckillGoods.stock} + 1`, updatedAt: new Date(now) })
+        .where(eq(seckillGoods.id, closed.goodsId));
+      await tx
+        .insert(mqConsumeLog)
+        .values({ messageId: `close:${orderId}`, queue: 'lifecycle', status: 0, detail: String(to) })
+        .onConflictDoNothing();
+      return { kind: 'closed', order: closed };
+    }
+    const [order] = await tx.select().from(seckillOrder).where(eq(seckillOrder.id, orderId)).limit(1);
+    if (!order) {
+      return { kind: 'missing' };
+    }
+    if (order.status === ORDER_STATUS.CANCELLED || order.status === ORDER_STATUS.CLOSED_TIMEOUT) {
+      return { kind: 'already-closed', order };
+    }
+    if (order.status === ORDER_STATUS.PENDING_PAYMENT) {
+      return { kind: 'not-yet-due', order };
+    }
+    return { kind: 'not-pending', order };
+  });
+}

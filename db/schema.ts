@@ -1,0 +1,179 @@
+import { sql } from 'drizzle-orm';
+import {
+  bigint,
+  bigserial,
+  boolean,
+  check,
+  index,
+  integer,
+  jsonb,
+  pgTable,
+  smallint,
+  text,
+  timestamp,
+  uniqueIndex,
+} from 'drizzle-orm/pg-core';
+
+const createdAt = () => timestamp('created_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow();
+const updatedAt = () => timestamp('updated_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow();
+
+/** Seckill goods: the sale's settings and the database's copy of the remaining stock. */
+export const seckillGoods = pgTable(
+  'seckill_goods',
+  {
+    id: bigserial('id', { mode: 'number' }).primaryKey(),
+    activityId: bigint('activity_id', { mode: 'number' }).notNull(),
+    title: text('title').notNull(),
+    imageUrl: text('image_url'),
+    priceCents: integer('price_cents').notNull(),
+    totalStock: integer('total_stock').notNull(),
+    /** Units not held by a live (pending or paid) order; moved only by guarded updates. */
+    stock: integer('stock').notNull(),
+    startAt: timestamp('start_at', { withTimezone: true, mode: 'date' }).notNull(),
+    endAt: timestamp('end_at', { withTimezone: true, mode: 'date' }).notNull(),
+    /** 0 on sale (inside its window), 1 paused by an operator. */
+    status: smallint('status').notNull().default(0),
+    payTimeoutSeconds: integer('pay_timeout_seconds').notNull().default(900),
+    /** Cloudflare Durable Object location hint for the goods' stock object. */
+    locationHint: text('location_hint'),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [
+    check('seckill_goods_stock_range', sql`${t.stock} >= 0 AND ${t.stock} <= ${t.totalStock}`),
+    check('seckill_goods_price', sql`${t.priceCents} >= 0`),
+    check('seckill_goods_window', sql`${t.endAt} > ${t.startAt}`),
+    check('seckill_goods_pay_timeout', sql`${t.payTimeoutSeconds} BETWEEN 1 AND 43200`),
+    index('seckill_goods_window_idx').on(t.startAt, t.endAt),
+  ],
+);
+
+/** Order status codes, as in the seed: 0 pending, 1 paid, 2 cancelled, 3 closed on timeout, 4 refunded. */
+export const ORDER_STATUS = {
+  PENDING_PAYMENT: 0,
+  PAID: 1,
+  CANCELLED: 2,
+  CLOSED_TIMEOUT: 3,
+  REFUNDED: 4,
+} as const;
+export type OrderStatusName = keyof typeof ORDER_STATUS;
+
+/** Orders. Ids come from the goods' Durable Object, so a redelivered message inserts nothing. */
+export const seckillOrder = pgTable(
+  'seckill_order',
+  {
+    id: text('id').primaryKey(),
+    orderNo: text('order_no').notNull(),
+    requestId: text('request_id').notNull(),
+    userId: text('user_id').notNull(),
+    goodsId: bigint('goods_id', { mode: 'number' })
+      .notNull()
+      .references(() => seckillGoods.id),
+    activityId: bigint('activity_id', { mode: 'number' }).notNull(),
+    priceCents: integer('price_cents').notNull(),
+    status: smallint('status').notNull().default(ORDER_STATUS.PENDING_PAYMENT),
+    reservedAt: timestamp('reserved_at', { withTimezone: true, mode: 'date' }).notNull(),
+    payDeadline: timestamp('pay_deadline', { withTimezone: true, mode: 'date' }).notNull(),
+    paidAt: timestamp('paid_at', { withTimezone: true, mode: 'date' }),
+    closedAt: timestamp('closed_at', { withTimezone: true, mode: 'date' }),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [
+    uniqueIndex('seckill_order_order_no_uk').on(t.orderNo),
+    uniqueIndex('seckill_order_request_id_uk').on(t.requestId),
+    // One live order per user and goods; a cancelled or closed one lets the user buy again.
+    uniqueIndex('seckill_order_user_goods_live_uk').on(t.userId, t.goodsId).where(sql`${t.status} IN (0, 1)`),
+    index('seckill_order_goods_status_idx').on(t.goodsId, t.status),
+    index('seckill_order_pending_deadline_idx').on(t.payDeadline).where(sql`${t.status} = 0`),
+  ],
+);
+
+/** Business keys of consumed messages (e.g. `order:<requestId>`), so a redelivery is a no-op. */
+export const mqConsumeLog = pgTable('mq_consume_log', {
+  messageId: text('message_id').primaryKey(),
+  queue: text('queue').notNull(),
+  /** 0 done, 1 rejected (the reservation was released). */
+  status: smallint('status').notNull(),
+  detail: text('detail'),
+  createdAt: createdAt(),
+});
+
+/** Payments started for an order with a provider. */
+export const payment = pgTable(
+  'payment',
+  {
+    id: text('id').primaryKey(),
+    orderId: text('order_id')
+      .notNull()
+      .references(() => seckillOrder.id),
+    provider: text('provider').notNull(),
+    amountCents: integer('amount_cents').notNull(),
+    /** PENDING, SUCCEEDED, FAILED, REFUNDED */
+    status: text('status').notNull().default('PENDING'),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [index('payment_order_idx').on(t.orderId)],
+);
+
+/** Provider webhook events, once each. */
+export const paymentEvent = pgTable('payment_event', {
+  eventId: text('event_id').primaryKey(),
+  paymentId: text('payment_id').notNull(),
+  orderId: text('order_id').notNull(),
+  status: text('status').notNull(),
+  amountCents: integer('amount_cents').notNull(),
+  /** What the event did: PAID, REFUNDED, FAILED, IGNORED. */
+  outcome: text('outcome').notNull(),
+  receivedAt: timestamp('received_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow(),
+});
+
+/** Refunds of payments that arrived for orders no longer payable. */
+export const refund = pgTable(
+  'refund',
+  {
+    id: text('id').primaryKey(),
+    orderId: text('order_id').notNull(),
+    paymentId: text('payment_id').notNull(),
+    amountCents: integer('amount_cents').notNull(),
+    reason: text('reason').notNull(),
+    status: text('status').notNull().default('PENDING'),
+    createdAt: createdAt(),
+  },
+  (t) => [uniqueIndex('refund_payment_uk').on(t.paymentId)],
+);
+
+/** Messages that exhausted their retries, kept for an operator to re-drive. */
+export const deadLetter = pgTable(
+  'dead_letter',
+  {
+    id: bigserial('id', { mode: 'number' }).primaryKey(),
+    queue: text('queue').notNull(),
+    messageKey: text('message_key').notNull(),
+    goodsId: bigint('goods_id', { mode: 'number' }),
+    body: jsonb('body').notNull(),
+    attempts: integer('attempts').notNull(),
+    createdAt: createdAt(),
+    redrivenAt: timestamp('redriven_at', { withTimezone: true, mode: 'date' }),
+  },
+  (t) => [uniqueIndex('dead_letter_key_uk').on(t.queue, t.messageKey), index('dead_letter_goods_idx').on(t.goodsId)],
+);
+
+/** One row per goods per reconciliation run: what was compared, found and repaired. */
+export const reconciliationReport = pgTable(
+  'reconciliation_report',
+  {
+    id: bigserial('id', { mode: 'number' }).primaryKey(),
+    goodsId: bigint('goods_id', { mode: 'number' }).notNull(),
+    runAt: timestamp('run_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow(),
+    doRemaining: integer('do_remaining'),
+    dbStock: integer('db_stock').notNull(),
+    mirrorStock: integer('mirror_stock'),
+    liveOrders: integer('live_orders').notNull(),
+    consistent: boolean('consistent').notNull(),
+    discrepancies: jsonb('discrepancies').notNull(),
+    actions: jsonb('actions').notNull(),
+  },
+  (t) => [index('reconciliation_report_goods_idx').on(t.goodsId, t.runAt)],
+);

@@ -1,0 +1,108 @@
+// WebSocket -> TCP bridge for the Neon serverless driver. In production Neon terminates
+// WebSockets itself; locally the Worker's Pool connects here (neonConfig.wsProxy) and each
+// WebSocket is piped to a plain Postgres TCP socket (PGlite or a real server).
+import net from 'node:net';
+import { WebSocketServer } from 'ws';
+
+const SSL_REQUEST = 80877103;
+
+/**
+ * Follows the client's side of the Postgres protocol just enough to see message boundaries:
+ * untyped startup messages (and SSLRequest) first, then `type:u8 length:i32 body`.
+ * `push` returns true once a Terminate message has been seen.
+ */
+function terminateWatcher() {
+  let pending = Buffer.alloc(0);
+  let startup = true;
+  return {
+    push(chunk) {
+      pending = pending.length ? Buffer.concat([pending, chunk]) : chunk;
+      for (;;) {
+        const headerLength = startup ? 4 : 5;
+        if (pending.length < headerLength) {
+          return false;
+        }
+        const length = startup ? pending.readInt32BE(0) : pending.readInt32BE(1) + 1;
+        if (!startup && pending[0] === 0x58) {
+          return true;
+        }
+        if (pending.length < length) {
+          return false;
+        }
+        if (startup && !(length === 8 && pending.readInt32BE(4) === SSL_REQUEST)) {
+          startup = false;
+        }
+        pending = pending.subarray(length);
+      }
+    },
+  };
+}
+
+/**
+ * Starts the bridge on 127.0.0.1. Only targets in `allow` ("host:port") are reachable.
+ * @returns {Promise<{port: number, proxy: string, close: () => Promise<void>}>}
+ */
+export async function startWsBridge({ port = 0, allow }) {
+  const allowed = new Set(allow);
+  const wss = new WebSocketServer({ host: '127.0.0.1', port, perMessageDeflate: false });
+  const sockets = new Set();
+
+  wss.on('connection', (ws, req) => {
+    const target = new URL(req.url ?? '/', 'http://bridge').searchParams.get('address') ?? '';
+    if (!allowed.has(target)) {
+      ws.close(1008, 'target not allowed');
+      return;
+    }
+    const [host, portText] = target.split(':');
+    const frames = terminateWatcher();
+    const tcp = net.connect({ host, port: Number(portText), noDelay: true });
+    sockets.add(tcp);
+    // Frames that arrive before the TCP connect completes are buffered by net.Socket.
+    ws.on('message', (data) => {
+      const buf = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data);
+      tcp.write(buf);
+      // Terminate ('X') is the client's last message. A real server hangs up after it;
+      // PGlite does not, so the bridge does, or every closed pool leaks a connection slot.
+      if (frames.push(buf)) {
+        tcp.end();
+        ws.close();
+      }
+    });
+    tcp.on('data', (chunk) => {
+      if (ws.readyState === ws.OPEN) {
+        ws.send(chunk);
+      }
+    });
+    const closeBoth = () => {
+      sockets.delete(tcp);
+      tcp.destroy();
+      if (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING) {
+        ws.close();
+      }
+    };
+    tcp.on('close', closeBoth);
+    tcp.on('error', closeBoth);
+    ws.on('close', closeBoth);
+    ws.on('error', closeBoth);
+  });
+
+  await new Promise((resolve, reject) => {
+    wss.once('listening', resolve);
+    wss.once('error', reject);
+  });
+  const address = wss.address();
+  const actualPort = typeof address === 'object' && address ? address.port : port;
+  return {
+    port: actualPort,
+    proxy: `127.0.0.1:${actualPort}`,
+    async close() {
+      for (const s of sockets) {
+        s.destroy();
+      }
+      for (const client of wss.clients) {
+        client.terminate();
+      }
+      await new Promise((resolve) => wss.close(() => resolve(undefined)));
+    },
+  };
+}

@@ -1,0 +1,57 @@
+import { describe, expect, it } from 'vitest';
+import { backoffSeconds, decide, orderNumber, type ReservationView, type SaleState } from '../../durable-objects/reservation';
+import type { ReserveItem } from '../../workers/schemas';
+
+const NOW = 1_800_000_000_000;
+
+function view(sale: Partial<SaleState> = {}, state: { prior?: string[]; used?: string[]; holders?: string[] } = {}): ReservationView {
+  return {
+    sale: { totalStock: 10, remaining: 10, startAt: NOW - 1000, endAt: NOW + 1000, paused: false, ...sale },
+    prior: (id) => (state.prior?.includes(id) ? { orderId: `1-${id}`, reason: null, released: false } : undefined),
+    tokenUsed: (t) => state.used?.includes(t) ?? false,
+    userHolds: (u) => state.holders?.includes(u) ?? false,
+  };
+}
+
+const item: ReserveItem = {
+  requestId: '1.aaaaaaaaaaaaaaaaaaaaaa',
+  userId: 'u1',
+  tokenId: 'tok-00001',
+  tokenExpiresAt: NOW + 60_000,
+  keyed: false,
+};
+
+describe('decide', () => {
+  it('accepts inside the window with stock', () => {
+    expect(decide(view(), item, NOW)).toEqual({ kind: 'accept' });
+  });
+
+  it('replays a known request before any other check, even with the token used and no stock', () => {
+    const v = view({ remaining: 0 }, { prior: [item.requestId], used: [item.tokenId] });
+    expect(decide(v, item, NOW)).toEqual({ kind: 'replay', orderId: `1-${item.requestId}`, reason: null });
+  });
+
+  it('refuses a used or expired token without spending anything', () => {
+    expect(decide(view({}, { used: [item.tokenId] }), item, NOW)).toEqual({ kind: 'reject', reason: 'TOKEN_INVALID', spendToken: false });
+    expect(decide(view(), { ...item, tokenExpiresAt: NOW }, NOW)).toMatchObject({ reason: 'TOKEN_INVALID' });
+  });
+
+  it('checks the window, then pause, then the buyer, then the stock', () => {
+    expect(decide(view({ startAt: NOW + 1 }), item, NOW)).toMatchObject({ reason: 'NOT_STARTED', spendToken: true });
+    expect(decide(view({ endAt: NOW }), item, NOW)).toMatchObject({ reason: 'ENDED' });
+    expect(decide(view({ paused: true, remaining: 0 }), item, NOW)).toMatchObject({ reason: 'PAUSED' });
+    expect(decide(view({ remaining: 0 }, { holders: ['u1'] }), item, NOW)).toMatchObject({ reason: 'ALREADY_PURCHASED' });
+    expect(decide(view({ remaining: 0 }), item, NOW)).toMatchObject({ reason: 'SOLD_OUT' });
+  });
+});
+
+describe('helpers', () => {
+  it('backs off exponentially with a cap', () => {
+    expect([1, 2, 3, 4, 10, 20].map((a) => backoffSeconds(a))).toEqual([1, 2, 4, 8, 300, 300]);
+    expect(backoffSeconds(7, 60)).toBe(60);
+  });
+
+  it('numbers orders by date, goods and sequence', () => {
+    expect(orderNumber(42, 7, Date.UTC(2026, 10, 30))).toBe('SK20261130-42-000007');
+  });
+});

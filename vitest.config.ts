@@ -1,0 +1,55 @@
+import { readFileSync } from 'node:fs';
+import { cloudflareTest } from '@cloudflare/vitest-pool-workers';
+import { defineConfig } from 'vitest/config';
+
+/** The committed local defaults (.dev.vars.example), so a fresh clone tests as it runs. */
+function devVars(): Record<string, string> {
+  const vars: Record<string, string> = {};
+  for (const line of readFileSync(new URL('./.dev.vars.example', import.meta.url), 'utf8').split('\n')) {
+    const m = line.match(/^\s*([A-Z0-9_]+)\s*=\s*"?(.*?)"?\s*$/);
+    if (m?.[1]) {
+      vars[m[1]] = m[2] ?? '';
+    }
+  }
+  return vars;
+}
+
+export default defineConfig({
+  test: {
+    reporters: process.env.VITEST_JSON ? ['default', ['json', { outputFile: process.env.VITEST_JSON }]] : ['default'],
+    projects: [
+      {
+        plugins: [
+          cloudflareTest(({ inject }) => ({
+            wrangler: { configPath: './wrangler.toml' },
+            miniflare: {
+              bindings: {
+                ...devVars(),
+                DATABASE_URL: inject('databaseUrl'),
+                PG_WS_PROXY: inject('pgWsProxy'),
+                UPSTASH_REDIS_REST_URL: inject('redisRestUrl'),
+                UPSTASH_REDIS_REST_TOKEN: inject('redisRestToken'),
+              },
+            },
+          })),
+        ],
+        test: {
+          name: 'workers',
+          include: ['test/workers/**/*.test.ts'],
+          globalSetup: ['./test/setup/services.ts'],
+          testTimeout: 60_000,
+          hookTimeout: 60_000,
+        },
+      },
+      {
+        test: {
+          name: 'node',
+          include: ['test/node/**/*.test.ts'],
+          environment: 'node',
+          testTimeout: 120_000,
+          hookTimeout: 120_000,
+        },
+      },
+    ],
+  },
+});

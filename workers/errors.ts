@@ -1,0 +1,61 @@
+import type { ContentfulStatusCode } from 'hono/utils/http-status';
+
+/** The contract's error codes and the HTTP status each one answers with. */
+export const ERROR_STATUS = {
+  INVALID_INPUT: 400,
+  UNAUTHENTICATED: 401,
+  INVALID_SIGNATURE: 401,
+  TOKEN_INVALID: 403,
+  CAPTCHA_FAILED: 403,
+  BANNED: 403,
+  FORBIDDEN: 403,
+  NOT_FOUND: 404,
+  METHOD_NOT_ALLOWED: 405,
+  ALREADY_PURCHASED: 409,
+  CONFLICT: 409,
+  SOLD_OUT: 410,
+  ENDED: 410,
+  PAYLOAD_TOO_LARGE: 413,
+  UNSUPPORTED_MEDIA_TYPE: 415,
+  PAUSED: 423,
+  NOT_STARTED: 425,
+  RATE_LIMITED: 429,
+  INTERNAL: 500,
+  BUSY: 503,
+  UNAVAILABLE: 503,
+} as const satisfies Record<string, ContentfulStatusCode>;
+
+export type ErrorCode = keyof typeof ERROR_STATUS;
+
+const DEFAULT_MESSAGE: Partial<Record<ErrorCode, string>> = {
+  SOLD_OUT: 'sold out',
+  ENDED: 'the sale has ended',
+  NOT_STARTED: 'the sale has not started yet',
+  PAUSED: 'the sale is paused',
+  ALREADY_PURCHASED: 'you already hold an order for this goods',
+  TOKEN_INVALID: 'the purchase token is invalid, used or expired',
+  RATE_LIMITED: 'too many requests',
+  BUSY: 'the sale is busy, please retry',
+  NOT_FOUND: 'not found',
+  UNAUTHENTICATED: 'missing or invalid credentials',
+};
+
+/** The one error type routes throw; `app.onError` turns it into the contract's shape. */
+export class AppError extends Error {
+  readonly code: ErrorCode;
+  readonly status: ContentfulStatusCode;
+  readonly headers: Record<string, string>;
+
+  constructor(code: ErrorCode, message?: string, headers: Record<string, string> = {}) {
+    super(message ?? DEFAULT_MESSAGE[code] ?? code.toLowerCase().replaceAll('_', ' '));
+    this.name = 'AppError';
+    this.code = code;
+    this.status = ERROR_STATUS[code];
+    this.headers = headers;
+  }
+}
+
+/** The contract's error body. */
+export function errorBody(code: ErrorCode, message: string, requestId: string) {
+  return { error: { code, message, requestId } };
+}

@@ -1,0 +1,64 @@
+import { Hono } from 'hono';
+import { z } from 'zod';
+import { findGoods, insertGoods, setGoodsPaused, toGoodsInit } from '../../db/goods';
+import { AppError } from '../errors';
+import { db, goodsView, invalidateGoods } from '../goods';
+import { goodsStock } from '../routing';
+import { CreateGoodsBody, GoodsId } from '../schemas';
+import { goodsStats } from '../stats';
+import { adminAuth } from './auth';
+import type { AppEnv } from './context';
+import { valid } from './validate';
+
+const GoodsParam = z.object({ goodsId: GoodsId });
+
+export const admin = new Hono<AppEnv>()
+  .use(adminAuth)
+
+  .post('/goods', valid('json', CreateGoodsBody), async (c) => {
+    const body = c.req.valid('json');
+    const row = await db(c.var.config, (d) => insertGoods(d, body));
+    invalidateGoods();
+    // Pre-warm at once: the object exists before the first shopper arrives.
+    const snapshot = await goodsStock(c.env, row.id, body.locationHint).init(toGoodsInit(row));
+    return c.json({ ...goodsView(row, snapshot, undefined, Date.now()), locationHint: row.locationHint }, 201);
+  })
+
+  .post('/goods/:goodsId/prewarm', valid('param', GoodsParam), async (c) => {
+    const { goodsId } = c.req.valid('param');
+    const row = await db(c.var.config, (d) => findGoods(d, goodsId));
+    if (!row) {
+      throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
+    }
+    const snapshot = await goodsStock(c.env, goodsId, (row.locationHint ?? undefined) as DurableObjectLocationHint | undefined).init(
+      toGoodsInit(row),
+    );
+    return c.json(snapshot);
+  })
+
+  .post('/goods/:goodsId/pause', valid('param', GoodsParam), (c) =>
+    setPaused(c.env, c.var.config, c.req.valid('param').goodsId, true).then((s) => c.json(s)),
+  )
+  .post('/goods/:goodsId/resume', valid('param', GoodsParam), (c) =>
+    setPaused(c.env, c.var.config, c.req.valid('param').goodsId, false).then((s) => c.json(s)),
+  )
+
+  .get('/goods/:goodsId/stats', valid('param', GoodsParam), async (c) => {
+    const stats = await goodsStats(c.env, c.var.config, c.req.valid('param').goodsId);
+    if (!stats) {
+      throw new AppError('NOT_FOUND', 'no such goods');
+    }
+    return c.json(stats);
+  });
+
+async function setPaused(env: Env, config: Parameters<typeof db>[0], goodsId: number, paused: boolean) {
+  const row = await db(config, (d) => setGoodsPaused(d, goodsId, paused));
+  if (!row) {
+    throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
+  }
+  invalidateGoods();
+  const stub = goodsStock(env, goodsId);
+  // An object never used yet is created paused or not from the row just written.
+  const snapshot = (await stub.setPaused(paused)) ?? (await stub.init(toGoodsInit(row)));
+  return { goodsId, paused: snapshot.paused, remaining: snapshot.remaining };
+}

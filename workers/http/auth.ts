@@ -1,0 +1,40 @@
+import { createMiddleware } from 'hono/factory';
+import { verify } from 'hono/jwt';
+import { safeEqual } from '../crypto';
+import { AppError } from '../errors';
+import { UserId } from '../schemas';
+import type { AppEnv } from './context';
+
+function bearer(header: string | undefined): string | undefined {
+  const m = header?.match(/^Bearer ([\x21-\x7e]{1,4096})$/);
+  return m?.[1];
+}
+
+/** Shopper routes: `Authorization: Bearer <JWT HS256>`, `sub` is the user id. */
+export const shopperAuth = createMiddleware<AppEnv>(async function shopperAuth(c, next) {
+  const token = bearer(c.req.header('authorization'));
+  if (!token) {
+    throw new AppError('UNAUTHENTICATED', 'a Bearer token is required');
+  }
+  let sub: unknown;
+  try {
+    sub = (await verify(token, c.var.config.jwtSecret, 'HS256')).sub;
+  } catch {
+    throw new AppError('UNAUTHENTICATED', 'the token is invalid or expired');
+  }
+  const userId = UserId.safeParse(sub);
+  if (!userId.success) {
+    throw new AppError('UNAUTHENTICATED', 'the token has no usable subject');
+  }
+  c.set('userId', userId.data);
+  await next();
+});
+
+/** Admin routes: `Authorization: Bearer <ADMIN_TOKEN>`, compared in constant time. */
+export const adminAuth = createMiddleware<AppEnv>(async function adminAuth(c, next) {
+  const token = bearer(c.req.header('authorization'));
+  if (!token || !safeEqual(token, c.var.config.adminToken)) {
+    throw new AppError('UNAUTHENTICATED', 'the admin token is missing or wrong');
+  }
+  await next();
+});

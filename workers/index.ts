@@ -1,0 +1,22 @@
+import { runScheduled } from './cron';
+import { createApp } from './http/app';
+import { log } from './log';
+import { handleQueue } from './queue';
+
+export { EdgeGuard } from '../durable-objects/edge-guard';
+export { GoodsStock } from '../durable-objects/goods-stock';
+
+const app = createApp();
+
+export default {
+  fetch: app.fetch,
+  queue: (batch, env) => handleQueue(batch, env),
+  scheduled(controller, env, ctx) {
+    ctx.waitUntil(
+      runScheduled(env, controller.scheduledTime).catch((error: unknown) => {
+        log.error('cron.failed', { cron: controller.cron, error });
+        throw error;
+      }),
+    );
+  },
+} satisfies ExportedHandler<Env, unknown>;
