@@ -1,6 +1,7 @@
 import { Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
+import { DEV_FEATURES } from '../build-flags';
 import { ConfigError, getConfig } from '../config';
 import { randomId } from '../crypto';
 import { AppError, type ErrorCode, errorBody } from '../errors';
@@ -44,7 +45,9 @@ export function createApp() {
   );
 
   app.route('/api/seckill', shopper);
-  app.route('/api/dev', dev);
+  if (DEV_FEATURES) {
+    app.route('/api/dev', dev);
+  }
   app.route('/admin', admin);
   app.get('/api/health', (c) => c.json({ ok: true, serverTime: new Date().toISOString() }));
 

@@ -3,8 +3,10 @@ import { z } from 'zod';
 import { randomId, sha256B64 } from '../crypto';
 import { AppError, type ErrorCode } from '../errors';
 import { currentGoods, getGoods, goodsView } from '../goods';
+import { log } from '../log';
+import { reserve } from '../reserve-client';
 import { edgeGuard, goodsStock } from '../routing';
-import { type FailReason, GoodsId, IdempotencyKey, PurchaseBody, RequestId, TokenBody } from '../schemas';
+import { type FailReason, GoodsId, IdempotencyKey, PurchaseBody, RequestId, type ReserveOutcome, TokenBody } from '../schemas';
 import { answerHash, issuePurchaseToken, openChallenge, sealChallenge, verifyPurchase } from '../signed';
 import { shopperAuth } from './auth';
 import type { AppEnv } from './context';
@@ -131,10 +133,18 @@ export const shopper = new Hono<AppEnv>()
     }
     const requestId = await purchaseRequestId(goodsId, userId, key);
     c.set('requestId', requestId);
-    const [outcome] = await goodsStock(c.env, goodsId, goods.locationHint as DurableObjectLocationHint | undefined).reserveMany(goodsId, [
-      { requestId, userId, tokenId: verified.tokenId, tokenExpiresAt: verified.expiresAt, keyed: key !== undefined },
-    ]);
-    if (!outcome) {
+    let outcome: ReserveOutcome;
+    try {
+      outcome = await reserve(
+        c.env,
+        goodsId,
+        { requestId, userId, tokenId: verified.tokenId, tokenExpiresAt: verified.expiresAt, keyed: key !== undefined },
+        (goods.locationHint ?? undefined) as DurableObjectLocationHint | undefined,
+      );
+    } catch (error) {
+      // The object is overloaded, restarting or unreachable. A retry with the same
+      // Idempotency-Key gets whatever it decided, if it decided anything.
+      log.warn('purchase.reserve_failed', { requestId, goodsId, error });
       throw new AppError('BUSY');
     }
     if (!outcome.ok) {
