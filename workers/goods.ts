@@ -2,6 +2,7 @@ import { type Db, withDb } from '../db/client';
 import { type GoodsRow, listCurrentGoods } from '../db/goods';
 import type { Config } from './config';
 import { AppError } from './errors';
+import { log } from './log';
 import type { StockSnapshot } from './schemas';
 
 /** How long an isolate trusts its copy of the goods list. */
@@ -11,8 +12,8 @@ const MISS_REFRESH_MS = 1_000;
 /** Goods that ended within this window still answer ENDED instead of NOT_FOUND. */
 const ENDED_VISIBLE_MS = 24 * 3600_000;
 
-type Cached = { at: number; byId: Map<number, GoodsRow>; loading?: Promise<void> };
-const cache: Cached = { at: 0, byId: new Map() };
+type Cached = { at: number; byId: Map<number, GoodsRow>; refreshStartedAt: number; missRefreshAt: number };
+const cache: Cached = { at: 0, byId: new Map(), refreshStartedAt: 0, missRefreshAt: 0 };
 
 export function dbOptions(config: Config) {
   return { databaseUrl: config.databaseUrl, wsProxy: config.pgWsProxy };
@@ -24,32 +25,38 @@ export function db<T>(config: Config, work: (db: Db) => Promise<T>): Promise<T> 
 }
 
 /**
- * The current goods (on sale, upcoming, or recently ended), from an isolate-local copy
- * refreshed every few seconds by one request at a time: shoppers never wait on Postgres
- * while a copy exists, and unknown ids cost nothing.
+ * The current goods (on sale, upcoming, or recently ended), from an isolate-local copy.
+ *
+ * No request ever waits on a promise another request started: workerd ties I/O to the
+ * request that made it, so such a wait can hang forever once that request ends. A stale copy
+ * is refreshed by ONE request with its own query while the others keep answering from the
+ * copy; only an isolate with no copy at all makes each request load it.
  */
 export async function currentGoods(config: Config, now = Date.now()): Promise<Map<number, GoodsRow>> {
   if (now - cache.at < GOODS_TTL_MS) {
     return cache.byId;
   }
-  if (!cache.loading) {
-    cache.loading = db(config, (d) => listCurrentGoods(d, now, ENDED_VISIBLE_MS))
-      .then((rows) => {
-        cache.byId = new Map(rows.map((r) => [r.id, r]));
-        cache.at = Date.now();
-      })
-      .finally(() => {
-        cache.loading = undefined;
-      });
+  if (cache.at > 0 && now - cache.refreshStartedAt < GOODS_TTL_MS) {
+    return cache.byId;
   }
-  if (cache.at === 0) {
-    try {
-      await cache.loading;
-    } catch {
-      throw new AppError('UNAVAILABLE', 'the goods list is unavailable, please retry');
+  cache.refreshStartedAt = now;
+  try {
+    await reload(config);
+  } catch (error) {
+    if (cache.at > 0) {
+      // Postgres is away: a stale list still answers shoppers; the next refresh retries.
+      log.warn('goods.refresh_failed', { error });
+      return cache.byId;
     }
+    throw new AppError('UNAVAILABLE', 'the goods list is unavailable, please retry');
   }
   return cache.byId;
+}
+
+async function reload(config: Config): Promise<void> {
+  const rows = await db(config, (d) => listCurrentGoods(d, Date.now(), ENDED_VISIBLE_MS));
+  cache.byId = new Map(rows.map((r) => [r.id, r]));
+  cache.at = Date.now();
 }
 
 /**
@@ -58,10 +65,12 @@ export async function currentGoods(config: Config, now = Date.now()): Promise<Ma
  */
 export async function getGoods(config: Config, goodsId: number): Promise<GoodsRow> {
   let row = (await currentGoods(config)).get(goodsId);
-  if (!row && Date.now() - cache.at > MISS_REFRESH_MS) {
-    // A goods created moments ago in another isolate: refresh, at most once a second.
-    cache.at = 0;
-    row = (await currentGoods(config)).get(goodsId);
+  const now = Date.now();
+  if (!row && now - cache.at > MISS_REFRESH_MS && now - cache.missRefreshAt > MISS_REFRESH_MS) {
+    // Perhaps a goods created moments ago in another isolate: look again, at most once a second.
+    cache.missRefreshAt = now;
+    await reload(config).catch((error: unknown) => log.warn('goods.refresh_failed', { error }));
+    row = cache.byId.get(goodsId);
   }
   if (!row) {
     throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
@@ -69,9 +78,9 @@ export async function getGoods(config: Config, goodsId: number): Promise<GoodsRo
   return row;
 }
 
-/** Forget the cached list (after an admin change in this isolate). */
-export function invalidateGoods(): void {
-  cache.at = 0;
+/** Reloads the list now (after an admin change in this isolate), in the caller's request. */
+export async function invalidateGoods(config: Config): Promise<void> {
+  await reload(config);
 }
 
 export type GoodsStatus = 'UPCOMING' | 'ON_SALE' | 'PAUSED' | 'SOLD_OUT' | 'ENDED';

@@ -10,7 +10,7 @@ const app = createApp();
 
 export default {
   fetch: app.fetch,
-  queue: (batch, env) => handleQueue(batch, env),
+  queue: (batch, env, _ctx) => handleQueue(batch, env),
   scheduled(controller, env, ctx) {
     ctx.waitUntil(
       runScheduled(env, controller.scheduledTime).catch((error: unknown) => {

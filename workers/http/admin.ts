@@ -18,7 +18,7 @@ export const admin = new Hono<AppEnv>()
   .post('/goods', valid('json', CreateGoodsBody), async (c) => {
     const body = c.req.valid('json');
     const row = await db(c.var.config, (d) => insertGoods(d, body));
-    invalidateGoods();
+    await invalidateGoods(c.var.config);
     // Pre-warm at once: the object exists before the first shopper arrives.
     const snapshot = await goodsStock(c.env, row.id, body.locationHint).init(toGoodsInit(row));
     return c.json({ ...goodsView(row, snapshot, undefined, Date.now()), locationHint: row.locationHint }, 201);
@@ -56,7 +56,7 @@ async function setPaused(env: Env, config: Parameters<typeof db>[0], goodsId: nu
   if (!row) {
     throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
   }
-  invalidateGoods();
+  await invalidateGoods(config);
   const stub = goodsStock(env, goodsId);
   // An object never used yet is created paused or not from the row just written.
   const snapshot = (await stub.setPaused(paused)) ?? (await stub.init(toGoodsInit(row)));
