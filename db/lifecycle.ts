@@ -7,9 +7,9 @@ export type OrderRow = typeof seckillOrder.$inferSelect;
 export type CloseResult =
   /** The order moved to the target status and its unit went back to stock. */
   | { kind: 'closed'; order: OrderRow }
-  /** The order was already closed or cancelled before: nothing moved now. */
+  /** The order was already closed or cancelled before (and maybe refunded since): nothing moved now. */
   | { kind: 'already-closed'; order: OrderRow }
-  /** Paid (or refunded): a closed order cannot take the unit back. */
+  /** Paid: the unit stays sold. */
   | { kind: 'not-pending'; order: OrderRow }
   | { kind: 'not-yet-due'; order: OrderRow }
   | { kind: 'missing' };
@@ -50,7 +50,8 @@ export async function closePendingOrder(
     if (!order) {
       return { kind: 'missing' };
     }
-    if (order.status === ORDER_STATUS.CANCELLED || order.status === ORDER_STATUS.CLOSED_TIMEOUT) {
+    // A refunded order was closed first (a payment that came late): its unit went back then.
+    if (order.status === ORDER_STATUS.CANCELLED || order.status === ORDER_STATUS.CLOSED_TIMEOUT || order.closedAt !== null) {
       return { kind: 'already-closed', order };
     }
     if (order.status === ORDER_STATUS.PENDING_PAYMENT) {
@@ -58,4 +59,10 @@ export async function closePendingOrder(
     }
     return { kind: 'not-pending', order };
   });
+}
+
+/** One order by id. */
+export async function findOrder(db: Db, orderId: string): Promise<OrderRow | undefined> {
+  const [row] = await db.select().from(seckillOrder).where(eq(seckillOrder.id, orderId)).limit(1);
+  return row;
 }

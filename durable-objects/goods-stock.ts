@@ -3,6 +3,13 @@ import { withDb } from '../db/client';
 import { findGoods, toGoodsInit } from '../db/goods';
 import { getConfig } from '../workers/config';
 import { log } from '../workers/log';
+import { scheduleMetricsFlush } from '../workers/metrics/flush';
+import { count } from '../workers/metrics/registry';
+import type { MirrorExpectation } from '../workers/mirror/compare';
+import { FINAL_TTL_SECONDS } from '../workers/mirror/keys';
+import { holderCount, holderIds, recentResults } from '../workers/mirror/object-state';
+import type { MirrorFullState, MirrorGoods } from '../workers/mirror/plan';
+import { type MirrorCheck, MirrorSync } from '../workers/mirror/sync';
 import type {
   FailReason,
   GoodsInit,
@@ -51,14 +58,29 @@ export class GoodsStock extends DurableObject<Env> {
   private flushing: Promise<void> | undefined;
   private flushAgain = false;
   private alarmAt: number | null = null;
+  /** Reservation items received since this instance started; in memory, for load and admission checks. */
+  private reserveRequests = 0;
+  /** The Redis mirror of this object (seckill:stock:{id}, ...), written after commits. */
+  private readonly mirror: MirrorSync;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
+    this.mirror = new MirrorSync(this.sql, () => getConfig(env).redis, {
+      goodsId: () => this.sale?.goodsId,
+      fullState: () => this.mirrorState(),
+      expectation: () => this.mirrorExpectation(),
+      retryAt: (at) => this.ensureAlarm(at),
+    });
     void ctx.blockConcurrencyWhile(async () => {
       this.migrate();
+      this.mirror.load();
       this.sale = this.readSale();
       this.alarmAt = await ctx.storage.getAlarm();
+      if (this.mirror.staleSinceMs !== null) {
+        // The previous instance left the mirror behind: the alarm rewrites it.
+        this.ensureAlarm(Date.now() + 1_000);
+      }
     });
   }
 
@@ -126,6 +148,7 @@ export class GoodsStock extends DurableObject<Env> {
    * taken only the first time: afterwards this object is the authority on it.
    */
   async init(goods: GoodsInit): Promise<StockSnapshot> {
+    const before = this.sale && this.mirrorGoods(this.sale);
     if (this.sale) {
       this.sql.exec(
         'UPDATE sale SET activity_id = ?, price_cents = ?, start_at = ?, end_at = ?, paused = ?, pay_timeout_seconds = ? WHERE id = 1',
@@ -152,6 +175,16 @@ export class GoodsStock extends DurableObject<Env> {
       );
     }
     this.sale = this.readSale();
+    this.mirror.setTitle(goods.title);
+    const after = this.sale && this.mirrorGoods(this.sale);
+    if (!before) {
+      // A new sale replaces whatever an older deployment may have left under its keys.
+      this.mirror.noteFull();
+    } else if (after && JSON.stringify(after) !== JSON.stringify(before)) {
+      // Only a real change: a mirror that drifted on its own is for reconciliation to find and count.
+      this.mirror.noteGoods(after);
+    }
+    this.syncMirror();
     return this.snapshotNow();
   }
 
@@ -189,6 +222,7 @@ export class GoodsStock extends DurableObject<Env> {
    * All checks and writes happen in one synchronous transaction, in arrival order.
    */
   async reserveMany(goodsId: number, items: ReserveItem[]): Promise<ReserveOutcome[]> {
+    this.reserveRequests += items.length;
     const sale = await this.ensureSale(goodsId);
     if (typeof sale === 'string') {
       return items.map((i) => ({ ok: false, requestId: i.requestId, reason: sale, replay: false }));
@@ -219,7 +253,9 @@ export class GoodsStock extends DurableObject<Env> {
       this.ensureAlarm(now + OUTBOX_ALARM_DELAY_MS);
       // The rows are committed; sending them now only shortens the wait. The alarm retries.
       this.ctx.waitUntil(this.flushOutbox());
+      this.mirrorAccepted(sale, items, outcomes);
     }
+    this.countDecisions(sale.goodsId, outcomes);
     return outcomes;
   }
 
@@ -322,16 +358,25 @@ export class GoodsStock extends DurableObject<Env> {
     this.ctx.storage.transactionSync(() => {
       for (const s of settlements) {
         if (s.ok) {
-          confirmed += this.sql.exec(
-            "UPDATE reservation SET status = 'SUCCESS', settled_at = ? WHERE request_id = ? AND status = 'QUEUED' AND released = 0",
-            now,
-            s.requestId,
-          ).rowsWritten;
+          const rows = this.sql
+            .exec<{ user_id: string }>(
+              "UPDATE reservation SET status = 'SUCCESS', settled_at = ? WHERE request_id = ? AND status = 'QUEUED' AND released = 0 RETURNING user_id",
+              now,
+              s.requestId,
+            )
+            .toArray();
+          confirmed += rows.length;
+          for (const r of rows) {
+            this.mirror.noteResult({ requestId: s.requestId, userId: r.user_id, value: `SUCCESS:${s.orderId}` });
+          }
         } else if (this.releaseRow(s.requestId, s.reason, now)) {
           released++;
         }
       }
     });
+    if (confirmed > 0 || released > 0) {
+      this.syncMirror();
+    }
     return { confirmed, released };
   }
 
@@ -341,6 +386,9 @@ export class GoodsStock extends DurableObject<Env> {
    */
   async release(requestId: string, reason: FailReason): Promise<{ released: boolean; remaining: number }> {
     const released = this.ctx.storage.transactionSync(() => this.releaseRow(requestId, reason, Date.now()));
+    if (released) {
+      this.syncMirror();
+    }
     return { released, remaining: this.sale?.remaining ?? 0 };
   }
 
@@ -366,6 +414,11 @@ export class GoodsStock extends DurableObject<Env> {
     this.sql.exec('DELETE FROM outbox WHERE request_id = ?', requestId);
     sale.remaining = Math.min(sale.totalStock, sale.remaining + 1);
     this.sql.exec('UPDATE sale SET remaining = ? WHERE id = 1', sale.remaining);
+    this.mirror.noteUser(row.user_id, false);
+    this.mirror.noteStock(sale.remaining);
+    if (row.status === 'QUEUED') {
+      this.mirror.noteResult({ requestId, userId: row.user_id, value: `FAIL:${reason}` });
+    }
     return true;
   }
 
@@ -390,6 +443,8 @@ export class GoodsStock extends DurableObject<Env> {
     }
     this.sql.exec('UPDATE sale SET paused = ? WHERE id = 1', paused ? 1 : 0);
     this.sale.paused = paused;
+    this.mirror.noteGoods(this.mirrorGoods(this.sale));
+    this.syncMirror();
     return this.snapshotNow();
   }
 
@@ -421,6 +476,8 @@ export class GoodsStock extends DurableObject<Env> {
       confirmed: counts.confirmed,
       outboxPending: outbox.n,
       oldestOutboxAt: outbox.oldest,
+      mirrorStaleSince: this.mirror.staleSinceMs,
+      reserveRequests: this.reserveRequests,
     };
   }
 
@@ -483,6 +540,9 @@ export class GoodsStock extends DurableObject<Env> {
   async alarm(): Promise<void> {
     this.alarmAt = null;
     await this.flushOutbox();
+    if (this.mirror.staleSinceMs !== null) {
+      await this.mirror.flush(true);
+    }
     const now = Date.now();
     this.sql.exec('DELETE FROM used_token WHERE expires_at < ?', now);
     this.sql.exec("DELETE FROM reservation WHERE order_id IS NULL AND status = 'FAIL' AND created_at < ?", now - REJECTION_TTL_MS);
@@ -492,5 +552,85 @@ export class GoodsStock extends DurableObject<Env> {
     } else if (this.sql.exec('SELECT 1 FROM used_token LIMIT 1').toArray().length > 0) {
       this.ensureAlarm(now + PRUNE_INTERVAL_MS);
     }
+    const mirrorRetry = this.mirror.retryAtMs;
+    if (mirrorRetry !== null) {
+      this.ensureAlarm(Math.max(mirrorRetry, now + 100));
+    }
+  }
+
+  /** Compares the Redis mirror with this object; with `repair`, rewrites it when they differ. */
+  async mirrorCheck(repair: boolean): Promise<MirrorCheck> {
+    return this.mirror.check(repair);
+  }
+
+  /**
+   * Sends the whole outbox now, ignoring the retry backoff (the reconciler's re-drive of a
+   * stuck outbox). Returns how many rows are still waiting afterwards.
+   */
+  async redriveOutbox(): Promise<{ before: number; pending: number }> {
+    const now = Date.now();
+    const before = this.sql.exec<{ n: number }>('SELECT count(*) AS n FROM outbox').one().n;
+    this.sql.exec('UPDATE outbox SET next_at = ? WHERE next_at > ?', now, now);
+    await this.flushOutbox();
+    return { before, pending: this.sql.exec<{ n: number }>('SELECT count(*) AS n FROM outbox').one().n };
+  }
+
+  // Mirror and metrics bookkeeping: after a commit, never on the way to the shopper's answer.
+
+  private syncMirror(): void {
+    if (this.mirror.enabled) {
+      this.ctx.waitUntil(this.mirror.flush());
+    }
+  }
+
+  private mirrorAccepted(sale: Sale, items: ReserveItem[], outcomes: ReserveOutcome[]): void {
+    outcomes.forEach((o, i) => {
+      const userId = items[i]?.userId;
+      if (o.ok && !o.replay && userId !== undefined) {
+        this.mirror.noteUser(userId, true);
+        this.mirror.noteResult({ requestId: o.requestId, userId, value: 'QUEUED' });
+      }
+    });
+    this.mirror.noteStock(sale.remaining);
+    this.syncMirror();
+  }
+
+  private countDecisions(goodsId: number, outcomes: ReserveOutcome[]): void {
+    for (const o of outcomes) {
+      count('seckill_reservations_total', {
+        goods_id: String(goodsId),
+        outcome: o.replay ? 'replay' : o.ok ? 'accepted' : o.reason.toLowerCase(),
+      });
+    }
+    scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));
+  }
+
+  private mirrorGoods(sale: Sale): MirrorGoods {
+    return {
+      goodsId: sale.goodsId,
+      activityId: sale.activityId,
+      title: this.mirror.title,
+      priceCents: sale.priceCents,
+      totalStock: sale.totalStock,
+      startAt: sale.startAt,
+      endAt: sale.endAt,
+      paused: sale.paused,
+      payTimeoutSeconds: sale.payTimeoutSeconds,
+    };
+  }
+
+  private mirrorExpectation(): MirrorExpectation | undefined {
+    return this.sale && { goods: this.mirrorGoods(this.sale), remaining: this.sale.remaining, holders: holderCount(this.sql) };
+  }
+
+  private mirrorState(): MirrorFullState | undefined {
+    return (
+      this.sale && {
+        goods: this.mirrorGoods(this.sale),
+        remaining: this.sale.remaining,
+        holders: holderIds(this.sql),
+        results: recentResults(this.sql, Date.now() - FINAL_TTL_SECONDS * 1000),
+      }
+    );
   }
 }

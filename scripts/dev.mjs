@@ -3,9 +3,11 @@
 //   Postgres: embedded PGlite (data in .data/pglite), or DATABASE_URL=postgres://... for a real one
 //   Redis mirror: on when REDIS_URL is set or a redis-server answers on 127.0.0.1:6379, off otherwise
 //   Then `wrangler dev` on PORT (default 8787). Ctrl-C stops everything this started.
+//   PGLITE_DIR and DEV_PERSIST_DIR move the embedded database and wrangler's local state (Durable
+//   Objects, queues) elsewhere, e.g. a throw-away directory for a second stack next to yours.
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { applyMigrations } from './lib/migrate.mjs';
@@ -63,11 +65,12 @@ async function main() {
   if (databaseUrl) {
     say(`Postgres: ${databaseUrl.replace(/\/\/[^@]*@/, '//***@')}`);
   } else {
-    mkdirSync(`${root}.data`, { recursive: true });
-    const pg = await startEmbeddedPostgres({ dataDir: `${root}.data/pglite` });
+    const dataDir = process.env.PGLITE_DIR || `${root}.data/pglite`;
+    mkdirSync(dataDir, { recursive: true });
+    const pg = await startEmbeddedPostgres({ dataDir });
     closers.push(() => pg.close());
     databaseUrl = pg.url;
-    say(`Postgres: embedded PGlite at ${pg.url} (data in .data/pglite)`);
+    say(`Postgres: embedded PGlite at ${pg.url} (data in ${dataDir.startsWith(root) ? dataDir.slice(root.length) : dataDir})`);
   }
   const { applied, total } = await applyMigrations(databaseUrl);
   say(`migrations: ${applied} applied, ${total} in all`);
@@ -95,7 +98,9 @@ async function main() {
     UPSTASH_REDIS_REST_TOKEN: redis.token,
   };
   mkdirSync(`${root}.wrangler`, { recursive: true });
-  const envFile = `${root}.wrangler/dev.vars.generated`;
+  // One file per port, so two stacks side by side never read each other's settings.
+  const envFile = `${root}.wrangler/dev.vars.${port}.generated`;
+  closers.push(async () => rmSync(envFile, { force: true }));
   writeFileSync(
     envFile,
     Object.entries(merged)
@@ -117,6 +122,7 @@ async function main() {
       envFile,
       '--test-scheduled',
       '--show-interactive-dev-session=false',
+      ...(process.env.DEV_PERSIST_DIR ? ['--persist-to', process.env.DEV_PERSIST_DIR] : []),
     ],
     { cwd: root, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NO_D1_WARNING: 'true' } },
   );

@@ -3,6 +3,7 @@ import type { ContentfulStatusCode } from 'hono/utils/http-status';
 /** The contract's error codes and the HTTP status each one answers with. */
 export const ERROR_STATUS = {
   INVALID_INPUT: 400,
+  AMOUNT_MISMATCH: 400,
   UNAUTHENTICATED: 401,
   INVALID_SIGNATURE: 401,
   TOKEN_INVALID: 403,
@@ -38,6 +39,8 @@ const DEFAULT_MESSAGE: Partial<Record<ErrorCode, string>> = {
   BUSY: 'the sale is busy, please retry',
   NOT_FOUND: 'not found',
   UNAUTHENTICATED: 'missing or invalid credentials',
+  INVALID_SIGNATURE: 'the signature is missing or does not match the body',
+  AMOUNT_MISMATCH: 'the amount does not match the payment',
 };
 
 /** The one error type routes throw; `app.onError` turns it into the contract's shape. */

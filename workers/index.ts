@@ -5,6 +5,7 @@ import { handleQueue } from './queue';
 
 export { EdgeGuard } from '../durable-objects/edge-guard';
 export { GoodsStock } from '../durable-objects/goods-stock';
+export { Metrics } from '../durable-objects/metrics';
 
 const app = createApp();
 

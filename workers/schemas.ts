@@ -3,7 +3,18 @@ import { z } from 'zod';
 // Every payload that crosses a boundary (HTTP, Queue, RPC) is a schema here; types are
 // inferred from them. Queue messages carry `v` so a later format can coexist with this one.
 
-export const GoodsId = z.coerce.number().int().positive().max(Number.MAX_SAFE_INTEGER);
+/**
+ * A goods id, as a JSON number or as the digits of a path or query segment. Strict on purpose:
+ * no coercion of `true`, `"1e3"`, `" 12"` or `"0x10"` into some other goods.
+ */
+export const GoodsId = z.union([
+  z.number().int().positive().max(Number.MAX_SAFE_INTEGER),
+  z
+    .string()
+    .regex(/^[1-9][0-9]{0,15}$/, 'goods ids are positive integers')
+    .transform(Number)
+    .pipe(z.number().max(Number.MAX_SAFE_INTEGER, 'goods id too large')),
+]);
 export const UserId = z
   .string()
   .min(1)
@@ -104,6 +115,10 @@ export type StockSnapshot = {
   confirmed: number;
   outboxPending: number;
   oldestOutboxAt: number | null;
+  /** Since when the Redis mirror lags this object (a failed write not yet repaired), or null. */
+  mirrorStaleSince: number | null;
+  /** Reservations this object instance has been asked for (edge admission shows up here). */
+  reserveRequests: number;
 };
 
 export type ResultView = {
@@ -133,8 +148,57 @@ export const CreateGoodsBody = z
 export type CreateGoodsBody = z.infer<typeof CreateGoodsBody>;
 
 export const DevTokenBody = z.object({ userId: UserId });
+/** Proof-of-work nonce: whatever string the client found (printable ASCII). */
+export const PowNonce = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[\x21-\x7e]+$/, 'printable ASCII only');
+const ChallengeIdField = z.string().min(1).max(1024);
 export const TokenBody = z.union([
-  z.object({ challengeId: z.string().min(1).max(1024), answer: z.union([z.string().max(64), z.number()]) }),
-  z.object({ turnstileToken: z.string().min(1).max(4096) }),
+  z.object({ challengeId: ChallengeIdField, answer: z.union([z.string().max(64), z.number()]), powNonce: PowNonce.optional() }),
+  z.object({ turnstileToken: z.string().min(1).max(4096), challengeId: ChallengeIdField.optional(), powNonce: PowNonce.optional() }),
 ]);
+export type TokenBody = z.infer<typeof TokenBody>;
 export const PurchaseBody = z.object({ goodsId: GoodsId, token: z.string().min(1).max(1024) });
+
+// Orders, payments and dead letters.
+export const OrderParam = z.object({ orderId: OrderId });
+
+/** Our payment ids: made by the shop when a payment starts, echoed by the provider's webhook. */
+export const PaymentId = z.string().regex(/^pay_[A-Za-z0-9_-]{22}$/, 'not a payment id');
+
+export const PayBody = z
+  .object({
+    /** Sandbox provider only: how the simulated payment ends; `hold` waits for the shopper to finish it. */
+    outcome: z.enum(['succeed', 'fail', 'hold']).optional(),
+  })
+  .strict();
+export type PayBody = z.infer<typeof PayBody>;
+
+/** The provider's webhook body (signed; verified before this is parsed). */
+export const PaymentCallbackBody = z.object({
+  eventId: z
+    .string()
+    .min(1)
+    .max(128)
+    .regex(/^[\x21-\x7e]+$/, 'printable ASCII only'),
+  paymentId: PaymentId,
+  orderId: OrderId,
+  status: z.enum(['SUCCEEDED', 'FAILED']),
+  amountCents: z.number().int().nonnegative().max(2_147_483_647),
+});
+export type PaymentCallbackBody = z.infer<typeof PaymentCallbackBody>;
+
+export const SandboxCompleteBody = z.object({ outcome: z.enum(['succeed', 'fail']).default('succeed') }).strict();
+
+export const DeadLetterQuery = z.object({
+  goodsId: GoodsId.optional(),
+  state: z.enum(['open', 'redriven', 'all']).default('open'),
+  limit: z.coerce.number().int().min(1).max(500).default(100),
+});
+export const DeadLetterParam = z.object({ id: z.coerce.number().int().positive().max(Number.MAX_SAFE_INTEGER) });
+export const RedriveGoodsBody = z.object({ goodsId: z.number().int().positive().max(Number.MAX_SAFE_INTEGER) }).strict();
+
+/** POST /admin/reconcile: every goods in scope, or only `goodsId`. */
+export const ReconcileQuery = z.object({ goodsId: GoodsId.optional() }).strict();

@@ -2,6 +2,8 @@ import { countOrdersByStatus, findGoods } from '../db/goods';
 import { ORDER_STATUS, type OrderStatusName } from '../db/schema';
 import type { Config } from './config';
 import { db } from './goods';
+import { readStocks } from './mirror/client';
+import { countOpenDeadLetters } from './queue/dead-letters';
 import { goodsStock } from './routing';
 
 export type GoodsStats = {
@@ -10,29 +12,32 @@ export type GoodsStats = {
   doRemaining: number | null;
   dbStock: number;
   mirrorStock: number | null;
+  /** off: no Redis configured; ok: read; missing: Redis has no stock key; unreachable: Redis did not answer. */
+  mirror: 'off' | 'ok' | 'missing' | 'unreachable';
   orders: Record<OrderStatusName, number>;
   queued: number;
   outboxPending: number;
+  /** Messages of this goods that exhausted their retries and were not re-driven yet. */
+  deadLetters: number;
   consistent: boolean;
 };
 
 /**
  * The contract's stats: the stock as the object, Postgres and the mirror see it, orders by
- * status, and whether the invariants hold right now.
+ * status, and whether the invariants hold right now. A mirror that does not answer does not
+ * make the goods inconsistent (it is a cache), but one that answers wrongly does.
  */
-export async function goodsStats(
-  env: Env,
-  config: Config,
-  goodsId: number,
-  mirrorStock: number | null = null,
-): Promise<GoodsStats | undefined> {
-  const [fromDb, snapshot] = await Promise.all([
+export async function goodsStats(env: Env, config: Config, goodsId: number): Promise<GoodsStats | undefined> {
+  const [fromDb, snapshot, mirrored] = await Promise.all([
     db(config, async (d) => {
       const row = await findGoods(d, goodsId);
-      return row ? { row, counts: await countOrdersByStatus(d, goodsId) } : undefined;
+      return row ? { row, counts: await countOrdersByStatus(d, goodsId), deadLetters: await countOpenDeadLetters(d, goodsId) } : undefined;
     }),
     goodsStock(env, goodsId).snapshot(),
+    config.redis ? readStocks(config.redis, [goodsId]) : Promise.resolve(undefined),
   ]);
+  const mirrorStock = mirrored?.[0] ?? null;
+  const mirror = !config.redis ? 'off' : !mirrored ? 'unreachable' : mirrorStock === null ? 'missing' : 'ok';
   if (!fromDb) {
     return undefined;
   }
@@ -48,16 +53,18 @@ export async function goodsStats(
     queued === 0 &&
     doRemaining + live === fromDb.row.totalStock &&
     fromDb.row.stock === doRemaining &&
-    (mirrorStock === null || mirrorStock === doRemaining);
+    (mirror === 'off' || mirror === 'unreachable' || mirrorStock === doRemaining);
   return {
     goodsId,
     totalStock: fromDb.row.totalStock,
     doRemaining,
     dbStock: fromDb.row.stock,
     mirrorStock,
+    mirror,
     orders,
     queued,
     outboxPending: snapshot?.outboxPending ?? 0,
+    deadLetters: fromDb.deadLetters,
     consistent,
   };
 }

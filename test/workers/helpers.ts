@@ -1,9 +1,14 @@
-import { createExecutionContext } from 'cloudflare:test';
+import { createExecutionContext, createMessageBatch, getQueueResult } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
+import { Redis } from '@upstash/redis/cloudflare';
+import { sql as drizzleSql } from 'drizzle-orm';
 import { expect } from 'vitest';
 import type { Db } from '../../db/client';
 import { withDb } from '../../db/client';
+import { hmacHex } from '../../workers/crypto';
 import worker from '../../workers/index';
+import { consumeTimeouts } from '../../workers/queue/timeouts';
+import { goodsStock } from '../../workers/routing';
 
 export const ADMIN = { authorization: `Bearer ${env.ADMIN_TOKEN}` };
 const BASE = 'https://seckill.test';
@@ -107,9 +112,11 @@ export async function stats(goodsId: number) {
     doRemaining: number;
     dbStock: number;
     mirrorStock: number | null;
+    mirror: 'off' | 'ok' | 'missing' | 'unreachable';
     orders: Record<string, number>;
     queued: number;
     outboxPending: number;
+    deadLetters: number;
     consistent: boolean;
   }>(res);
 }
@@ -135,4 +142,250 @@ export function settled(goodsId: number, timeoutMs = 30_000) {
     const s = await stats(goodsId);
     return s.queued === 0 && s.outboxPending === 0 && s.consistent ? s : undefined;
   }, timeoutMs);
+}
+
+/** Buys one unit for `userId` and waits until its order exists in Postgres. */
+export async function buyOrder(userId: string, goodsId: number): Promise<{ orderId: string; requestId: string; jwt: string }> {
+  const jwt = await devToken(userId);
+  const { status, body } = await buy(userId, goodsId, { jwt });
+  expect(status).toBe(202);
+  const requestId = String(body.requestId);
+  const orderId = await eventually(async () => {
+    const r = await json<{ status: string; orderId?: string }>(await call(`/api/seckill/result/${requestId}`, { headers: bearer(jwt) }));
+    return r.status === 'SUCCESS' ? r.orderId : undefined;
+  });
+  return { orderId, requestId, jwt };
+}
+
+/**
+ * A purchase attempt that may be refused at any step (challenge, token, or the purchase
+ * itself): the first refusal's status and code, or 202 and the request id.
+ */
+export async function tryBuy(userId: string, goodsId: number): Promise<{ status: number; code?: string; requestId?: string }> {
+  const jwt = await devToken(userId);
+  const refused = async (res: Response) => ({ status: res.status, code: (await json<{ error?: { code?: string } }>(res)).error?.code });
+  const ch = await call(`/api/seckill/goods/${goodsId}/challenge`, { method: 'POST', headers: bearer(jwt) });
+  if (ch.status !== 200) {
+    return refused(ch);
+  }
+  const { challengeId, prompt } = await json<{ challengeId: string; prompt: string }>(ch);
+  const [a, b] = prompt.match(/\d+/g)?.map(Number) ?? [];
+  const tok = await call(`/api/seckill/goods/${goodsId}/token`, {
+    method: 'POST',
+    headers: bearer(jwt),
+    json: { challengeId, answer: String((a ?? 0) + (b ?? 0)) },
+  });
+  if (tok.status !== 200) {
+    return refused(tok);
+  }
+  const { token, path } = await json<{ token: string; path: string }>(tok);
+  const res = await call(`/api/seckill/do/${path}`, { method: 'POST', headers: bearer(jwt), json: { goodsId, token } });
+  if (res.status !== 202) {
+    return refused(res);
+  }
+  return { status: 202, requestId: String((await json(res)).requestId) };
+}
+
+/** A shopper's view of an order (GET /api/orders/:orderId). */
+export async function orderOf(jwt: string, orderId: string) {
+  const res = await call(`/api/orders/${orderId}`, { headers: bearer(jwt) });
+  expect(res.status).toBe(200);
+  return json<{ orderId: string; status: string; priceCents: number; payDeadline: string; paidAt?: string; closedAt?: string }>(res);
+}
+
+/** Posts a payment provider webhook, signed with the configured secret unless `signature` is given. */
+export async function paymentCallback(event: unknown, options: { signature?: string; raw?: string } = {}): Promise<Response> {
+  const raw = options.raw ?? JSON.stringify(event);
+  const signature = options.signature ?? (await hmacHex(env.PAYMENT_WEBHOOK_SECRET, raw));
+  return call('/api/payments/callback', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-signature': signature },
+    body: raw,
+  });
+}
+
+/**
+ * Delivers the payment-timeout messages of `orders` to the timeout consumer as if the clock
+ * read `now` (the real queue would deliver them at each order's deadline).
+ */
+export async function driveTimeouts(orders: { orderId: string; goodsId: number }[], now: number) {
+  const batch = createMessageBatch(
+    'seckill-order-timeouts',
+    orders.map((o, i) => ({
+      id: `timeout-${o.orderId}-${now}-${i}`,
+      timestamp: new Date(),
+      attempts: 1,
+      body: { v: 1, kind: 'pay-timeout', orderId: o.orderId, goodsId: o.goodsId },
+    })),
+  );
+  const ctx = createExecutionContext();
+  await consumeTimeouts(batch, env, now);
+  return getQueueResult(batch, ctx);
+}
+
+/** Changes the runtime edge limits (PUT /admin/limits) and returns the whole record. */
+export async function setLimits(patch: Record<string, unknown>): Promise<Record<string, unknown>> {
+  const res = await call('/admin/limits', { method: 'PUT', headers: ADMIN, json: patch });
+  expect(res.status).toBe(200);
+  return json(res);
+}
+
+/** The goods' stock object's own view; `reserveRequests` counts the reservations that reached it. */
+export async function stockSnapshot(goodsId: number) {
+  const snapshot = await goodsStock(env, goodsId).snapshot();
+  if (!snapshot) {
+    throw new Error(`goods ${goodsId} has no stock object`);
+  }
+  return snapshot;
+}
+
+/** A purchase token and path for a shopper, sending `headers` (e.g. cf-connecting-ip) on both steps. */
+export async function tokenFor(
+  jwt: string,
+  goodsId: number,
+  headers: Record<string, string> = {},
+): Promise<{ token: string; path: string }> {
+  const chRes = await call(`/api/seckill/goods/${goodsId}/challenge`, { method: 'POST', headers: { ...headers, ...bearer(jwt) } });
+  expect(chRes.status).toBe(200);
+  const ch = await json<{ challengeId: string; prompt: string }>(chRes);
+  const [a, b] = ch.prompt.match(/\d+/g)?.map(Number) ?? [];
+  const res = await call(`/api/seckill/goods/${goodsId}/token`, {
+    method: 'POST',
+    headers: { ...headers, ...bearer(jwt) },
+    json: { challengeId: ch.challengeId, answer: String((a ?? 0) + (b ?? 0)) },
+  });
+  expect(res.status).toBe(200);
+  return json(res);
+}
+
+/** Sends one purchase with a token and its path. */
+export function purchase(
+  jwt: string,
+  goodsId: number,
+  t: { token: string; path: string },
+  headers: Record<string, string> = {},
+): Promise<Response> {
+  return call(`/api/seckill/do/${t.path}`, { method: 'POST', headers: { ...headers, ...bearer(jwt) }, json: { goodsId, token: t.token } });
+}
+
+/** One sample of a Prometheus text exposition. */
+export type PromSample = { name: string; labels: Record<string, string>; value: number };
+
+/**
+ * A strict parser of the Prometheus text format (0.0.4): every line must be a HELP, a TYPE or
+ * a well-formed sample, every sample's family must have been TYPEd before it, and a family is
+ * TYPEd once. Throws naming the first bad line.
+ */
+export function parsePrometheus(text: string): { types: Map<string, string>; samples: PromSample[] } {
+  const types = new Map<string, string>();
+  const samples: PromSample[] = [];
+  const nameRe = '[a-zA-Z_:][a-zA-Z0-9_:]*';
+  const sampleRe = new RegExp(`^(${nameRe})(?:\\{(.*)\\})? (-?[0-9.e+-]+|NaN|[+-]Inf)$`);
+  const labelRe = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\.)*)"(?:,|$)/y;
+  const familyOf = (name: string) => {
+    for (const suffix of ['_bucket', '_sum', '_count']) {
+      const base = name.slice(0, -suffix.length);
+      if (name.endsWith(suffix) && types.get(base) === 'histogram') {
+        return base;
+      }
+    }
+    return name;
+  };
+  if (!text.endsWith('\n')) {
+    throw new Error('the exposition must end with a newline');
+  }
+  for (const [i, line] of text.slice(0, -1).split('\n').entries()) {
+    const bad = (why: string) => new Error(`line ${i + 1} ${why}: ${line}`);
+    if (line.startsWith('# HELP ')) {
+      if (!new RegExp(`^# HELP ${nameRe} .*$`).test(line)) {
+        throw bad('is not a HELP line');
+      }
+      continue;
+    }
+    if (line.startsWith('# TYPE ')) {
+      const m = line.match(new RegExp(`^# TYPE (${nameRe}) (counter|gauge|histogram|summary|untyped)$`));
+      if (!m?.[1] || !m[2] || types.has(m[1])) {
+        throw bad('is not a TYPE line, or repeats one');
+      }
+      types.set(m[1], m[2]);
+      continue;
+    }
+    const m = line.match(sampleRe);
+    if (!m?.[1] || m[3] === undefined) {
+      throw bad('is not a sample');
+    }
+    const labels: Record<string, string> = {};
+    if (m[2]) {
+      labelRe.lastIndex = 0;
+      while (labelRe.lastIndex < m[2].length) {
+        const l = labelRe.exec(m[2]);
+        if (!l?.[1] || l[2] === undefined) {
+          throw bad('has malformed labels');
+        }
+        labels[l[1]] = l[2].replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c));
+      }
+    }
+    if (!types.has(familyOf(m[1]))) {
+      throw bad('has no TYPE before it');
+    }
+    const value = m[3] === '+Inf' ? Number.POSITIVE_INFINITY : m[3] === '-Inf' ? Number.NEGATIVE_INFINITY : Number(m[3]);
+    samples.push({ name: m[1], labels, value });
+  }
+  return { types, samples };
+}
+
+/** GET /admin/metrics, checked to be Prometheus text, parsed. */
+export async function scrape() {
+  const res = await call('/admin/metrics', { headers: ADMIN });
+  expect(res.status).toBe(200);
+  expect(res.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
+  return parsePrometheus(await res.text());
+}
+
+/** The value of the sample `name` whose labels include `labels` (0 when there is none). */
+export function metric(scraped: { samples: PromSample[] }, name: string, labels: Record<string, string> = {}): number {
+  const match = scraped.samples.filter((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v));
+  return match.reduce((sum, s) => sum + s.value, 0);
+}
+
+/** POST /admin/reconcile (optionally for one goods) and its report. */
+export async function reconcileNow(goodsId?: number) {
+  const res = await call(`/admin/reconcile${goodsId === undefined ? '' : `?goodsId=${goodsId}`}`, { method: 'POST', headers: ADMIN });
+  expect(res.status).toBe(200);
+  return json<{
+    runAt: string;
+    trigger: string;
+    discrepancies: number;
+    actions: number;
+    goods: {
+      goodsId: number;
+      doRemaining: number | null;
+      dbStock: number;
+      mirrorStock: number | null;
+      liveOrders: number;
+      consistent: boolean;
+      discrepancies: ({ kind: string } & Record<string, unknown>)[];
+      actions: ({ action: string } & Record<string, unknown>)[];
+      skipped: string[];
+    }[];
+  }>(res);
+}
+
+/** A client of the Redis the Worker mirrors to (the tests' REST bridge), or undefined when the mirror is off. */
+export function mirrorRedis(): Redis | undefined {
+  const url = env.UPSTASH_REDIS_REST_URL;
+  const token = env.UPSTASH_REDIS_REST_TOKEN;
+  return url && token ? new Redis({ url, token, automaticDeserialization: false, enableTelemetry: false }) : undefined;
+}
+
+/**
+ * Moves this database's goods ids to a random high range. Every test run starts from a fresh
+ * database whose ids start at 1, but runs on one machine may share one redis-server; mirror
+ * keys (seckill:stock:{id}, ...) of two runs must not collide. Never moves the sequence back.
+ */
+export async function spreadGoodsIds(): Promise<void> {
+  const base = 1_000_000 + Math.floor(Math.random() * 1_000_000_000);
+  await sql((db) =>
+    db.execute(drizzleSql`SELECT setval('seckill_goods_id_seq', greatest((SELECT last_value FROM seckill_goods_id_seq), ${base}))`),
+  );
 }

@@ -2,16 +2,34 @@ import { withDb } from '../../db/client';
 import { getConfig } from '../config';
 import { dbOptions } from '../goods';
 import { log } from '../log';
+import { flushMetrics } from '../metrics/flush';
 import { closeOverdueOrders } from './overdue';
 import { prewarmGoods } from './prewarm';
+import { reconcile } from './reconcile';
 
-/** Every minute: pre-warm goods about to start, close overdue unpaid orders. */
+/**
+ * Every minute: pre-warm goods about to start (object and mirror), reconcile every goods on
+ * sale or recently ended (object, Postgres, mirror; repairs what is safe), then close the
+ * remaining overdue unpaid orders of older sales.
+ */
 export async function runScheduled(env: Env, now = Date.now()) {
   const config = getConfig(env);
-  return withDb({ ...dbOptions(config), max: 2 }, async (db) => {
-    const prewarmed = await prewarmGoods(env, db, now);
-    const closedOverdue = await closeOverdueOrders(env, db, now);
-    log.info('cron.run', { prewarmed, closedOverdue });
-    return { prewarmed, closedOverdue };
-  });
+  try {
+    return await withDb({ ...dbOptions(config), max: 2 }, async (db) => {
+      const prewarmed = await prewarmGoods(env, db, now);
+      const report = await reconcile(env, db, now, { trigger: 'cron' });
+      const closedOverdue = await closeOverdueOrders(env, db, now);
+      const summary = {
+        prewarmed,
+        reconciled: report.goods.length,
+        discrepancies: report.discrepancies,
+        actions: report.actions,
+        closedOverdue,
+      };
+      log.info('cron.run', summary);
+      return summary;
+    });
+  } finally {
+    await flushMetrics(env);
+  }
 }

@@ -2,25 +2,59 @@ import { and, asc, eq, lte } from 'drizzle-orm';
 import type { Db } from '../../db/client';
 import { closePendingOrder } from '../../db/lifecycle';
 import { ORDER_STATUS, seckillOrder } from '../../db/schema';
-import { goodsStock } from '../routing';
+import { getConfig } from '../config';
+import { log } from '../log';
+import { retryPendingRefunds } from '../payments/refunds';
+import { releaseOrRepair } from '../queue/timeouts';
+
+/** The timeout message normally closes an order at its deadline; the cron steps in after this. */
+export const OVERDUE_GRACE_MS = 60_000;
+
+export type OverdueOptions = {
+  /** Only this goods' orders (an operator's targeted sweep); all goods when absent. */
+  goodsId?: number;
+  limit?: number;
+};
 
 /**
- * The safety net under the delayed timeout queue: closes pending orders past their deadline
- * whose timeout message never came, and returns their units.
+ * The lifecycle's safety net, run every minute: closes pending orders past their deadline
+ * whose timeout message never came and returns their units, then asks the payment provider
+ * again for refunds it has not confirmed. Returns how many orders it closed.
  */
-export async function closeOverdueOrders(env: Env, db: Db, now: number, limit = 500): Promise<number> {
+export async function closeOverdueOrders(env: Env, db: Db, now: number, options: OverdueOptions = {}): Promise<number> {
+  const conditions = [
+    eq(seckillOrder.status, ORDER_STATUS.PENDING_PAYMENT),
+    lte(seckillOrder.payDeadline, new Date(now - OVERDUE_GRACE_MS)),
+  ];
+  if (options.goodsId !== undefined) {
+    conditions.push(eq(seckillOrder.goodsId, options.goodsId));
+  }
   const overdue = await db
     .select({ id: seckillOrder.id })
     .from(seckillOrder)
-    .where(and(eq(seckillOrder.status, ORDER_STATUS.PENDING_PAYMENT), lte(seckillOrder.payDeadline, new Date(now))))
+    .where(and(...conditions))
     .orderBy(asc(seckillOrder.payDeadline))
-    .limit(limit);
+    .limit(options.limit ?? 500);
   let closed = 0;
   for (const o of overdue) {
-    const r = await closePendingOrder(db, o.id, ORDER_STATUS.CLOSED_TIMEOUT, now);
-    if (r.kind === 'closed') {
-      await goodsStock(env, r.order.goodsId).release(r.order.requestId, 'CLOSED_TIMEOUT');
-      closed++;
+    try {
+      const r = await closePendingOrder(db, o.id, ORDER_STATUS.CLOSED_TIMEOUT, now);
+      if (r.kind === 'closed') {
+        closed++;
+        // One unreachable object must not stop the sweep; the release is repeated from the queue.
+        await releaseOrRepair(env, r.order);
+      }
+    } catch (error) {
+      log.warn('cron.overdue_close_failed', { orderId: o.id, error });
+    }
+  }
+  if (options.goodsId === undefined) {
+    const refunds = await retryPendingRefunds(getConfig(env), db, now).catch((error: unknown) => {
+      log.warn('cron.refund_retry_failed', { error });
+      return 0;
+    });
+    if (refunds > 0) {
+      log.info('cron.refunds_settled', { refunds });
     }
   }
   return closed;

@@ -1,17 +1,26 @@
 import type { Db } from '../../db/client';
 import { listCurrentGoods, toGoodsInit } from '../../db/goods';
+import { log } from '../log';
 import { goodsStock } from '../routing';
 
 /** Goods starting within this window are pre-warmed. */
 export const PREWARM_AHEAD_MS = 5 * 60_000;
 
-/** Creates (or refreshes) the stock object of every goods that starts soon or is on sale. */
+/**
+ * Creates (or refreshes) the stock object of every goods that starts soon or is on sale. The
+ * object writes its Redis mirror (stock, goods hash, start/end) as part of each init, so the
+ * mirror is warm before the first shopper too. One goods failing does not stop the others.
+ */
 export async function prewarmGoods(env: Env, db: Db, now: number): Promise<number> {
   const goods = await listCurrentGoods(db, now);
   let prewarmed = 0;
   for (const g of goods.filter((r) => r.startAt.getTime() - now <= PREWARM_AHEAD_MS)) {
-    await goodsStock(env, g.id, (g.locationHint ?? undefined) as DurableObjectLocationHint | undefined).init(toGoodsInit(g));
-    prewarmed++;
+    try {
+      await goodsStock(env, g.id, (g.locationHint ?? undefined) as DurableObjectLocationHint | undefined).init(toGoodsInit(g));
+      prewarmed++;
+    } catch (error) {
+      log.error('cron.prewarm_failed', { goodsId: g.id, error });
+    }
   }
   return prewarmed;
 }

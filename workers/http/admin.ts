@@ -6,6 +6,7 @@ import { db, goodsView, invalidateGoods } from '../goods';
 import { goodsStock } from '../routing';
 import { CreateGoodsBody, GoodsId } from '../schemas';
 import { goodsStats } from '../stats';
+import { adminOps } from './admin-ops';
 import { adminAuth } from './auth';
 import type { AppEnv } from './context';
 import { valid } from './validate';
@@ -14,6 +15,7 @@ const GoodsParam = z.object({ goodsId: GoodsId });
 
 export const admin = new Hono<AppEnv>()
   .use(adminAuth)
+  .route('/', adminOps)
 
   .post('/goods', valid('json', CreateGoodsBody), async (c) => {
     const body = c.req.valid('json');

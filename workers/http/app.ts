@@ -1,14 +1,18 @@
 import { Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
-import { DEV_FEATURES } from '../build-flags';
 import { ConfigError, getConfig } from '../config';
 import { randomId } from '../crypto';
 import { AppError, type ErrorCode, errorBody } from '../errors';
 import { log } from '../log';
+import { requestMetrics } from '../metrics/middleware';
 import { admin } from './admin';
+import { adminDeadLetters } from './admin-dead-letters';
+import { adminLimits } from './admin-limits';
 import type { AppEnv } from './context';
 import { dev } from './dev';
+import { orders } from './orders';
+import { payments } from './payments';
 import { shopper } from './shopper';
 
 /** Request bodies are small JSON documents; anything larger is refused before parsing. */
@@ -35,6 +39,8 @@ export function createApp() {
     await next();
   });
 
+  app.use(requestMetrics);
+
   app.use(
     bodyLimit({
       maxSize: MAX_BODY_BYTES,
@@ -45,10 +51,15 @@ export function createApp() {
   );
 
   app.route('/api/seckill', shopper);
-  if (DEV_FEATURES) {
+  // Inline form so staging/production bundles drop the route and its module (see build-flags.ts).
+  if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
     app.route('/api/dev', dev);
   }
+  app.route('/api/orders', orders);
+  app.route('/api/payments', payments);
   app.route('/admin', admin);
+  app.route('/admin/dead-letters', adminDeadLetters);
+  app.route('/admin/limits', adminLimits);
   app.get('/api/health', (c) => c.json({ ok: true, serverTime: new Date().toISOString() }));
 
   app.notFound((c) => c.json(errorBody('NOT_FOUND', `no route for ${c.req.method} ${c.req.path}`, c.var.requestId ?? ''), 404));

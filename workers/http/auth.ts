@@ -1,16 +1,16 @@
 import { createMiddleware } from 'hono/factory';
-import { verify } from 'hono/jwt';
 import { safeEqual } from '../crypto';
 import { AppError } from '../errors';
 import { UserId } from '../schemas';
 import type { AppEnv } from './context';
+import { verifyShopperToken } from './shopper-jwt';
 
 function bearer(header: string | undefined): string | undefined {
   const m = header?.match(/^Bearer ([\x21-\x7e]{1,4096})$/);
   return m?.[1];
 }
 
-/** Shopper routes: `Authorization: Bearer <JWT HS256>`, `sub` is the user id. */
+/** Shopper routes: `Authorization: Bearer <JWT>` (HS256, or RS256/ES256 via AUTH_JWKS_URL), `sub` is the user id. */
 export const shopperAuth = createMiddleware<AppEnv>(async function shopperAuth(c, next) {
   const token = bearer(c.req.header('authorization'));
   if (!token) {
@@ -18,8 +18,11 @@ export const shopperAuth = createMiddleware<AppEnv>(async function shopperAuth(c
   }
   let sub: unknown;
   try {
-    sub = (await verify(token, c.var.config.jwtSecret, 'HS256')).sub;
-  } catch {
+    sub = (await verifyShopperToken(token, c.var.config.shopperAuth)).sub;
+  } catch (error) {
+    if (error instanceof AppError) {
+      throw error;
+    }
     throw new AppError('UNAUTHENTICATED', 'the token is invalid or expired');
   }
   const userId = UserId.safeParse(sub);

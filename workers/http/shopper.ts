@@ -1,21 +1,37 @@
 import { Hono } from 'hono';
 import { z } from 'zod';
+import type { GoodsRow } from '../../db/goods';
 import { randomId, sha256B64 } from '../crypto';
+import { acquirePermit, enterInFlight } from '../defences/admission';
+import { issueChallenge, passChallenge } from '../defences/captcha';
+import { clientIp } from '../defences/client-guard';
+import { requireJson } from '../defences/input';
+import { admissionRate, currentLimits } from '../defences/limits';
+import { edgeShield, saleGuard } from '../defences/middleware';
+import { knownSoldOut, markInStock, markSoldOut, soldOutNow } from '../defences/sold-out';
 import { AppError, type ErrorCode } from '../errors';
 import { currentGoods, getGoods, goodsView } from '../goods';
 import { log } from '../log';
+import { mirroredResult, readRemaining } from '../mirror/read';
 import { reserve } from '../reserve-client';
-import { edgeGuard, goodsStock } from '../routing';
-import { type FailReason, GoodsId, IdempotencyKey, PurchaseBody, RequestId, type ReserveOutcome, TokenBody } from '../schemas';
-import { answerHash, issuePurchaseToken, openChallenge, sealChallenge, verifyPurchase } from '../signed';
+import { goodsStock } from '../routing';
+import {
+  type FailReason,
+  GoodsId,
+  IdempotencyKey,
+  PurchaseBody,
+  RequestId,
+  type ReserveOutcome,
+  type StockSnapshot,
+  TokenBody,
+} from '../schemas';
+import { issuePurchaseToken, verifyPurchase } from '../signed';
 import { shopperAuth } from './auth';
 import type { AppEnv } from './context';
 import { valid } from './validate';
 
 /** One-time purchase tokens live 60 s (seed: token and path valid 60 s). */
 export const PURCHASE_TOKEN_TTL_MS = 60_000;
-/** A built-in challenge can be answered for this long, once. */
-export const CHALLENGE_TTL_MS = 5 * 60_000;
 
 const GoodsParam = z.object({ goodsId: GoodsId });
 const PathParam = z.object({ path: z.string().regex(/^[A-Za-z0-9_-]{32}$/, 'not a purchase path') });
@@ -36,128 +52,180 @@ const REASON_CODE: Record<FailReason, ErrorCode> = {
   ORDER_FAILED: 'CONFLICT',
 };
 
+/** Feeds the sold-out fast path from what a stock object just said about itself. */
+function noteStock(goodsId: number, snapshot: Pick<StockSnapshot, 'remaining'> | undefined): void {
+  if (snapshot?.remaining === 0) {
+    markSoldOut(goodsId);
+  } else if (snapshot && snapshot.remaining > 0) {
+    markInStock(goodsId);
+  }
+}
+
+/**
+ * What the edge can answer for a purchase without the goods' object, from isolate-local copies:
+ * sold out (trusted a few seconds), not started, ended, paused (the goods list, a few seconds
+ * old). Only for requests without an Idempotency-Key: a keyed retry may be owed the answer the
+ * object gave it earlier, so it always goes through.
+ */
+function refuseFromCache(goods: GoodsRow, now: number): void {
+  if (now >= goods.endAt.getTime()) {
+    throw new AppError('ENDED');
+  }
+  if (now < goods.startAt.getTime()) {
+    throw new AppError('NOT_STARTED');
+  }
+  if (goods.status === 1) {
+    throw new AppError('PAUSED');
+  }
+  if (knownSoldOut(goods.id, now)) {
+    throw new AppError('SOLD_OUT');
+  }
+}
+
 /** The request id of a purchase: derived from the Idempotency-Key when there is one. */
 async function purchaseRequestId(goodsId: number, userId: string, key: string | undefined): Promise<string> {
   return `${goodsId}.${key ? await sha256B64(`${userId}|${goodsId}|${key}`, 22) : randomId()}`;
 }
 
 export const shopper = new Hono<AppEnv>()
+  .use(edgeShield)
+
   .get('/goods', async (c) => {
     const now = Date.now();
     const rows = [...(await currentGoods(c.var.config, now)).values()].filter((r) => r.endAt.getTime() > now);
-    const snapshots = await Promise.all(
-      rows.map((r) =>
-        goodsStock(c.env, r.id)
-          .snapshot()
-          .catch(() => undefined),
-      ),
+    const stocks = await readRemaining(
+      c.env,
+      c.var.config,
+      rows.map((r) => r.id),
     );
-    return c.json(rows.map((r, i) => goodsView(r, snapshots[i], undefined, now)));
+    for (const [i, r] of rows.entries()) {
+      noteStock(r.id, stocks[i]);
+    }
+    return c.json(rows.map((r, i) => goodsView(r, stocks[i]?.snapshot, stocks[i]?.remaining, now)));
   })
 
   .get('/goods/:goodsId', valid('param', GoodsParam), async (c) => {
     const { goodsId } = c.req.valid('param');
     const row = await getGoods(c.var.config, goodsId);
-    const snapshot = await goodsStock(c.env, goodsId)
-      .snapshot()
-      .catch(() => undefined);
-    return c.json(goodsView(row, snapshot, undefined, Date.now()));
+    const [stock] = await readRemaining(c.env, c.var.config, [goodsId]);
+    noteStock(goodsId, stock);
+    return c.json(goodsView(row, stock?.snapshot, stock?.remaining, Date.now()));
   })
 
-  .post('/goods/:goodsId/challenge', shopperAuth, valid('param', GoodsParam), async (c) => {
+  .post('/goods/:goodsId/challenge', shopperAuth, saleGuard('challenge'), valid('param', GoodsParam), async (c) => {
     const { goodsId } = c.req.valid('param');
-    await getGoods(c.var.config, goodsId);
-    const expiresAt = Date.now() + CHALLENGE_TTL_MS;
-    const turnstile = c.var.config.turnstile;
-    if (turnstile) {
-      return c.json({
-        challengeId: 'turnstile',
-        kind: 'turnstile',
-        siteKey: turnstile.siteKey,
-        expiresAt: new Date(expiresAt).toISOString(),
-      });
-    }
-    const [a, b] = crypto.getRandomValues(new Uint8Array(2)).map((x) => 1 + (x % 9));
-    const nonce = randomId();
-    const challengeId = await sealChallenge(c.var.config.tokenSecret, {
-      u: c.var.userId,
-      g: goodsId,
-      e: expiresAt,
-      n: nonce,
-      k: 'arithmetic',
-      h: await answerHash(c.var.config.tokenSecret, nonce, String((a ?? 0) + (b ?? 0))),
-    });
-    return c.json({ challengeId, kind: 'arithmetic', prompt: `${a} + ${b} = ?`, expiresAt: new Date(expiresAt).toISOString() });
-  })
-
-  .post('/goods/:goodsId/token', shopperAuth, valid('param', GoodsParam), valid('json', TokenBody), async (c) => {
-    const { goodsId } = c.req.valid('param');
-    const body = c.req.valid('json');
-    const { config, userId } = c.var;
-    await getGoods(config, goodsId);
-    if (!('challengeId' in body)) {
-      throw new AppError('CAPTCHA_FAILED', 'Turnstile is not configured; answer the built-in challenge');
-    }
-    const challenge = await openChallenge(config.tokenSecret, body.challengeId);
+    const goods = await getGoods(c.var.config, goodsId);
     const now = Date.now();
-    if (!challenge || challenge.u !== userId || challenge.g !== goodsId || challenge.e <= now) {
-      throw new AppError('CAPTCHA_FAILED', 'the challenge is unknown, expired or not yours');
-    }
-    if ((await answerHash(config.tokenSecret, challenge.n, String(body.answer))) !== challenge.h) {
-      // A wrong answer spends the challenge too, so it cannot be brute-forced.
-      await edgeGuard(c.env, challenge.n).useOnce(`challenge:${challenge.n}`, challenge.e);
-      throw new AppError('CAPTCHA_FAILED', 'wrong answer');
-    }
-    if (!(await edgeGuard(c.env, challenge.n).useOnce(`challenge:${challenge.n}`, challenge.e))) {
-      throw new AppError('CAPTCHA_FAILED', 'the challenge was already used');
-    }
-    const issued = await issuePurchaseToken(config.tokenSecret, userId, goodsId, PURCHASE_TOKEN_TTL_MS, now);
-    return c.json({ token: issued.token, path: issued.path, expiresAt: new Date(issued.expiresAt).toISOString() });
-  })
-
-  .post('/do/:path', shopperAuth, valid('param', PathParam), valid('header', IdempotencyHeader), valid('json', PurchaseBody), async (c) => {
-    const { path } = c.req.valid('param');
-    const { goodsId, token } = c.req.valid('json');
-    const key = c.req.valid('header')['idempotency-key'];
-    const { config, userId } = c.var;
-    const goods = await getGoods(config, goodsId);
-    const now = Date.now();
-    const verified = await verifyPurchase(config.tokenSecret, token, path, userId, goodsId, now - (key ? PURCHASE_TOKEN_TTL_MS * 60 : 0));
-    // With an Idempotency-Key an expired token may still replay its first answer (the object
-    // decides); without one it is refused here.
-    if (!verified || (!key && verified.expiresAt <= now)) {
-      throw new AppError('TOKEN_INVALID');
-    }
-    if (now >= goods.endAt.getTime() && !key) {
+    if (now >= goods.endAt.getTime()) {
       throw new AppError('ENDED');
     }
-    const requestId = await purchaseRequestId(goodsId, userId, key);
-    c.set('requestId', requestId);
-    let outcome: ReserveOutcome;
-    try {
-      outcome = await reserve(
-        c.env,
-        goodsId,
-        { requestId, userId, tokenId: verified.tokenId, tokenExpiresAt: verified.expiresAt, keyed: key !== undefined },
-        (goods.locationHint ?? undefined) as DurableObjectLocationHint | undefined,
-      );
-    } catch (error) {
-      // The object is overloaded, restarting or unreachable. A retry with the same
-      // Idempotency-Key gets whatever it decided, if it decided anything.
-      log.warn('purchase.reserve_failed', { requestId, goodsId, error });
-      throw new AppError('BUSY');
-    }
-    if (!outcome.ok) {
-      throw new AppError(REASON_CODE[outcome.reason]);
-    }
-    return c.json({ code: 0, message: 'queued', requestId }, 202);
+    const limits = await currentLimits(c.env);
+    return c.json(await issueChallenge(c.var.config, limits.powDifficulty, c.var.userId, goodsId, now));
   })
+
+  .post(
+    '/goods/:goodsId/token',
+    shopperAuth,
+    saleGuard('token'),
+    valid('param', GoodsParam),
+    requireJson,
+    valid('json', TokenBody),
+    async (c) => {
+      const { goodsId } = c.req.valid('param');
+      const body = c.req.valid('json');
+      const { config, userId } = c.var;
+      const goods = await getGoods(config, goodsId);
+      const now = Date.now();
+      if (now >= goods.endAt.getTime()) {
+        throw new AppError('ENDED');
+      }
+      if (soldOutNow(goodsId, now)) {
+        throw new AppError('SOLD_OUT');
+      }
+      const limits = await currentLimits(c.env);
+      await passChallenge(
+        c.env,
+        config,
+        limits.powDifficulty,
+        body,
+        { userId, goodsId, ip: clientIp(c.req.header('cf-connecting-ip')) },
+        now,
+      );
+      const issued = await issuePurchaseToken(config.tokenSecret, userId, goodsId, PURCHASE_TOKEN_TTL_MS, now);
+      return c.json({ token: issued.token, path: issued.path, expiresAt: new Date(issued.expiresAt).toISOString() });
+    },
+  )
+
+  // Checks cheapest first: limits and bans (saleGuard), input, goods known, the isolate's
+  // sold-out/window/pause copies, token and path, in-flight cap, admission; then the object.
+  .post(
+    '/do/:path',
+    shopperAuth,
+    saleGuard('purchase'),
+    valid('param', PathParam),
+    valid('header', IdempotencyHeader),
+    requireJson,
+    valid('json', PurchaseBody),
+    async (c) => {
+      const { path } = c.req.valid('param');
+      const { goodsId, token } = c.req.valid('json');
+      const key = c.req.valid('header')['idempotency-key'];
+      const { config, userId } = c.var;
+      const goods = await getGoods(config, goodsId);
+      const now = Date.now();
+      if (!key) {
+        refuseFromCache(goods, now);
+      }
+      const verified = await verifyPurchase(config.tokenSecret, token, path, userId, goodsId, now - (key ? PURCHASE_TOKEN_TTL_MS * 60 : 0));
+      // With an Idempotency-Key an expired token may still replay its first answer (the object
+      // decides); without one it is refused here.
+      if (!verified || (!key && verified.expiresAt <= now)) {
+        throw new AppError('TOKEN_INVALID');
+      }
+      const requestId = await purchaseRequestId(goodsId, userId, key);
+      c.set('requestId', requestId);
+      const limits = await currentLimits(c.env);
+      const hint = (goods.locationHint ?? undefined) as DurableObjectLocationHint | undefined;
+      const leave = enterInFlight(goodsId, limits.inFlightPerGoods);
+      let outcome: ReserveOutcome;
+      try {
+        await acquirePermit(c.env, goodsId, admissionRate(limits, goodsId), hint);
+        outcome = await reserve(
+          c.env,
+          goodsId,
+          { requestId, userId, tokenId: verified.tokenId, tokenExpiresAt: verified.expiresAt, keyed: key !== undefined },
+          hint,
+        );
+      } catch (error) {
+        if (error instanceof AppError) {
+          throw error;
+        }
+        // The object is overloaded, restarting or unreachable: answer at once rather than queue.
+        // A retry with the same Idempotency-Key gets whatever it decided, if it decided anything.
+        const overloaded = typeof error === 'object' && error !== null && 'overloaded' in error && error.overloaded === true;
+        log.warn('purchase.reserve_failed', { requestId, goodsId, overloaded, error });
+        throw new AppError('BUSY', undefined, { 'retry-after': '1' });
+      } finally {
+        leave();
+      }
+      if (!outcome.ok) {
+        if (outcome.reason === 'SOLD_OUT') {
+          markSoldOut(goodsId);
+        }
+        throw new AppError(REASON_CODE[outcome.reason]);
+      }
+      if (!outcome.replay) {
+        markInStock(goodsId);
+      }
+      return c.json({ code: 0, message: 'queued', requestId }, 202);
+    },
+  )
 
   .get('/result/:requestId', shopperAuth, valid('param', RequestParam), async (c) => {
     const { requestId } = c.req.valid('param');
     const goodsId = Number(requestId.slice(0, requestId.indexOf('.')));
     await getGoods(c.var.config, goodsId);
-    const view = await goodsStock(c.env, goodsId).result(requestId);
+    const view = (await mirroredResult(c.var.config, requestId)) ?? (await goodsStock(c.env, goodsId).result(requestId));
     // Someone else's request is reported as unknown, so ids cannot be probed.
     if (!view || view.userId !== c.var.userId) {
       throw new AppError('NOT_FOUND', 'no such request');

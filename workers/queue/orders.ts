@@ -1,9 +1,12 @@
 import { withDb } from '../../db/client';
 import { type WriteResult, writeOrders } from '../../db/orders';
 import { backoffSeconds } from '../../durable-objects/reservation';
-import { getConfig } from '../config';
+import { type Config, getConfig } from '../config';
 import { dbOptions } from '../goods';
 import { log } from '../log';
+import { flushMetrics } from '../metrics/flush';
+import { observeQueueLag } from '../metrics/queue';
+import { count } from '../metrics/registry';
 import { goodsStock } from '../routing';
 import { OrderMessage, type Settlement, type TimeoutMessage } from '../schemas';
 
@@ -45,12 +48,23 @@ export function groupByGoods(messages: readonly Message<unknown>[]) {
  */
 export async function consumeOrders(batch: MessageBatch<unknown>, env: Env): Promise<void> {
   const config = getConfig(env);
+  observeQueueLag('orders', batch.messages);
   const { groups, malformed } = groupByGoods(batch.messages);
   for (const m of malformed) {
     log.error('orders.malformed_message', { id: m.id, queue: batch.queue });
     // Nothing can make this message valid; the dead-letter queue keeps it for an operator.
     m.retry({ delaySeconds: 0 });
   }
+  count('seckill_queue_messages_total', { queue: 'orders', outcome: 'malformed' }, malformed.length);
+  try {
+    await consumeGroups(env, config, groups);
+  } finally {
+    // A consumer has no waitUntil here; one RPC per batch keeps the counts current.
+    await flushMetrics(env);
+  }
+}
+
+async function consumeGroups(env: Env, config: Config, groups: Map<number, Parsed<OrderMessage>[]>): Promise<void> {
   await withDb({ ...dbOptions(config), max: Math.min(5, groups.size || 1) }, async (db) => {
     await Promise.all(
       [...groups].map(async ([goodsId, items]) => {
@@ -65,11 +79,13 @@ export async function consumeOrders(batch: MessageBatch<unknown>, env: Env): Pro
           for (const i of items) {
             i.message.ack();
           }
+          count('seckill_queue_messages_total', { queue: 'orders', outcome: 'acked' }, items.length);
         } catch (error) {
           log.warn('orders.group_failed', { goodsId, messages: items.length, error });
           for (const i of items) {
             i.message.retry({ delaySeconds: backoffSeconds(i.message.attempts) });
           }
+          count('seckill_queue_messages_total', { queue: 'orders', outcome: 'retried' }, items.length);
         }
       }),
     );

@@ -1,0 +1,127 @@
+// A small keep-alive HTTP client for the load tools. It never throws: a network error or a
+// timeout comes back as status 0 with `error` set, so a load run counts failures instead of
+// stopping on the first one.
+import http from 'node:http';
+import https from 'node:https';
+
+/**
+ * @typedef {{ status: number, body: string, json: any, ms: number, headers: Record<string, string | string[] | undefined>, error?: string }} Answer
+ */
+
+/**
+ * @param {string} baseUrl e.g. http://127.0.0.1:8787 (a path prefix is kept)
+ * @param {{ maxSockets?: number, timeoutMs?: number }} options
+ */
+export function httpClient(baseUrl, { maxSockets = 100, timeoutMs = 10_000 } = {}) {
+  const base = new URL(baseUrl);
+  const secure = base.protocol === 'https:';
+  const transport = secure ? https : http;
+  const agent = new transport.Agent({ keepAlive: true, maxSockets, maxFreeSockets: maxSockets });
+  const prefix = base.pathname.replace(/\/$/, '');
+
+  /**
+   * @param {string} method
+   * @param {string} path
+   * @param {{ headers?: Record<string, string>, body?: string | Buffer, json?: unknown, timeoutMs?: number }} init
+   * @returns {Promise<Answer>}
+   */
+  async function request(method, path, init = {}) {
+    const answer = await once(method, path, init);
+    if (answer.staleSocket) {
+      // The server had closed this kept-alive connection before our request went out on it
+      // (workerd closes a connection whose request body a handler did not read). The request
+      // never reached it; a browser sends it again on a new connection, and so do we.
+      stats.staleRetries++;
+      return once(method, path, init);
+    }
+    return answer;
+  }
+
+  const stats = { staleRetries: 0 };
+
+  /** @returns {Promise<Answer & { staleSocket?: boolean }>} */
+  function once(method, path, init) {
+    const headers = { ...init.headers };
+    let body = init.body;
+    if (init.json !== undefined) {
+      body = JSON.stringify(init.json);
+      headers['content-type'] ??= 'application/json';
+    }
+    if (body !== undefined) {
+      headers['content-length'] = String(Buffer.byteLength(body));
+    }
+    const started = performance.now();
+    return new Promise((resolve) => {
+      let settled = false;
+      const finish = (answer) => {
+        if (!settled) {
+          settled = true;
+          resolve({ ...answer, ms: performance.now() - started });
+        }
+      };
+      const req = transport.request(
+        {
+          protocol: base.protocol,
+          hostname: base.hostname,
+          port: base.port || (secure ? 443 : 80),
+          method,
+          path: prefix + path,
+          headers,
+          agent,
+        },
+        (res) => {
+          const chunks = [];
+          res.on('data', (c) => chunks.push(c));
+          res.on('end', () => {
+            const text = Buffer.concat(chunks).toString('utf8');
+            let json;
+            try {
+              json = text ? JSON.parse(text) : undefined;
+            } catch {
+              json = undefined;
+            }
+            finish({ status: res.statusCode ?? 0, body: text, json, headers: res.headers });
+          });
+          res.on('error', (e) => finish({ status: 0, body: '', json: undefined, headers: {}, error: e.code ?? e.message }));
+        },
+      );
+      req.setTimeout(init.timeoutMs ?? timeoutMs, () => {
+        req.destroy();
+        finish({ status: 0, body: '', json: undefined, headers: {}, error: 'timeout' });
+      });
+      req.on('error', (e) => {
+        const stale = req.reusedSocket && !req.res && (e.code === 'ECONNRESET' || e.code === 'EPIPE');
+        finish({ status: 0, body: '', json: undefined, headers: {}, error: e.code ?? e.message, staleSocket: stale });
+      });
+      req.end(body);
+    });
+  }
+
+  return {
+    url: base.toString().replace(/\/$/, ''),
+    request,
+    /** Requests sent again because their kept-alive connection had been closed under them. */
+    get staleRetries() {
+      return stats.staleRetries;
+    },
+    get: (path, init) => request('GET', path, init),
+    post: (path, init) => request('POST', path, init),
+    put: (path, init) => request('PUT', path, init),
+    close: () => agent.destroy(),
+  };
+}
+
+/** The contract's error code of an answer (`{"error":{"code":...}}`), if it has one. */
+export function errorCode(answer) {
+  const code = answer.json?.error?.code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+/** "202", "410 SOLD_OUT", "0 timeout": how outcomes are counted. */
+export function outcomeKey(answer) {
+  if (answer.status === 0) {
+    return `0 ${answer.error ?? 'error'}`;
+  }
+  const code = errorCode(answer);
+  return code ? `${answer.status} ${code}` : String(answer.status);
+}

@@ -1,0 +1,335 @@
+// The shopper page and the ops dashboard in headless Chromium against the running dev stack
+// (scripts/dev.mjs: wrangler dev, Postgres, queues, Durable Objects), as shoppers and an
+// operator use them. Screenshots go to test-results/screenshots/.
+import { existsSync } from 'node:fs';
+import type { Browser, BrowserContext, BrowserContextOptions, Page } from 'playwright-core';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, onTestFailed } from 'vitest';
+import { buyViaApi, createGoods, eventually, goods, limits, stats } from './browser-api';
+import { CHROMIUM, launchChromium, newShopper, type Stack, screenshot, startStack } from './browser-stack';
+
+const HAVE_CHROMIUM = existsSync(CHROMIUM);
+if (!HAVE_CHROMIUM) {
+  console.warn(`browser-pages.e2e: skipped, ${CHROMIUM} is missing (apt-get install -y chromium)`);
+}
+
+/** How long a page may take to show what a test waits for (CI machines are busy). */
+const WAIT = { timeout: 15_000 };
+
+/** Seconds in an `HH:MM:SS` countdown. */
+function seconds(text: string): number {
+  const m = text.trim().match(/^(\d+):(\d\d):(\d\d)$/);
+  if (!m) {
+    throw new Error(`not a countdown: ${text}`);
+  }
+  return Number(m[1]) * 3600 + Number(m[2]) * 60 + Number(m[3]);
+}
+
+/** Signs in with the local user-id form and waits for the page to show it. */
+async function signIn(page: Page, userId: string): Promise<void> {
+  await page.locator('#user-id').fill(userId);
+  await page.locator('#user-id').press('Enter');
+  await expect.poll(() => page.locator('#who').textContent(), WAIT).toContain(userId);
+}
+
+/** Reads the built-in challenge ("3 + 4 = ?") off the page and types the answer. */
+async function answerCaptcha(page: Page): Promise<void> {
+  const input = page.locator('#captcha-answer');
+  await input.waitFor({ state: 'visible' });
+  const label = (await page.locator('#captcha-label').textContent()) ?? '';
+  const [a = 0, b = 0] = label.match(/\d+/g)?.map(Number) ?? [];
+  await input.fill(String(a + b));
+}
+
+/** Uncaught errors and failed requests of every page, checked after each test. */
+const problems: string[] = [];
+/** Requests each page has in flight, so a test ends only once its pages are quiet. */
+const inFlight = new Map<Page, number>();
+function watch(page: Page): Page {
+  inFlight.set(page, 0);
+  const settle = () => inFlight.set(page, Math.max(0, (inFlight.get(page) ?? 1) - 1));
+  page.on('request', () => inFlight.set(page, (inFlight.get(page) ?? 0) + 1));
+  page.on('requestfinished', settle);
+  page.on('requestfailed', settle);
+  page.on('pageerror', (error) => problems.push(`pageerror: ${error.message}`));
+  page.on('console', (message) => {
+    // A refused request (410, 429...) is logged by Chromium too; those are expected here.
+    if (message.type() === 'error' && !message.text().startsWith('Failed to load resource')) {
+      problems.push(`console: ${message.text()}`);
+    }
+  });
+  return page;
+}
+
+const text = (page: Page, selector: string) =>
+  page
+    .locator(selector)
+    .textContent()
+    .then((t) => (t ?? '').trim());
+
+describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
+  let stack: Stack;
+  let browser: Browser;
+
+  beforeAll(async () => {
+    stack = await startStack();
+    browser = await launchChromium();
+  }, 180_000);
+
+  afterAll(async () => {
+    await browser?.close();
+    await stack?.stop();
+  }, 60_000);
+
+  beforeEach(() => {
+    problems.length = 0;
+    onTestFailed(() => {
+      console.log(`--- dev stack output (last lines) ---\n${stack.logs().slice(-4000)}`);
+    });
+  });
+
+  const contexts: BrowserContext[] = [];
+  afterEach(async () => {
+    // Pages left open would keep polling into the next test; closing one mid-request would
+    // cut a request off, so wait until the pages have nothing in flight.
+    await expect.poll(() => [...inFlight.values()].every((n) => n === 0), { timeout: 10_000, interval: 20 }).toBe(true);
+    await Promise.all(contexts.splice(0).map((c) => c.close()));
+    inFlight.clear();
+    expect(problems).toEqual([]);
+  });
+
+  /** A page in a fresh context (its own storage): another shopper, another device. */
+  const open = async (options?: BrowserContextOptions) => {
+    const context = await newShopper(browser, options);
+    contexts.push(context);
+    return watch(await context.newPage());
+  };
+
+  it('a shopper buys the last unit with the keyboard and pays; the next shopper sees sold out', async () => {
+    const sale = await createGoods(stack, { stock: 2, imageUrl: `${stack.baseUrl}/img/sample-phone.svg` });
+    await buyViaApi(stack, 'carol', sale.goodsId);
+
+    const alice = await open();
+    const served = await alice.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    // The page runs under its Content-Security-Policy (a violation would be a console error).
+    expect(served?.headers()['content-security-policy']).toContain("script-src 'self'");
+    await expect.poll(() => text(alice, '#goods-title'), WAIT).toBe('Aurora X phone, 256 GB');
+    await expect.poll(() => text(alice, '#stock-pct'), WAIT).toBe('Remaining 50%');
+    expect(await text(alice, '#stock-count')).toBe('1 of 2 left');
+    expect(await text(alice, '#buy-label')).toBe('Sign in to buy');
+    await signIn(alice, 'alice');
+    await answerCaptcha(alice);
+    await screenshot(alice, 'shopper-before-buying');
+
+    // Enter in the answer field submits the form: the whole purchase works from the keyboard.
+    await alice.locator('#captcha-answer').press('Enter');
+    await expect.poll(() => text(alice, '#status'), WAIT).toMatch(/^Queued/);
+    await alice.locator('#order').waitFor({ state: 'visible', timeout: 20_000 });
+    expect(await text(alice, '#status')).toBe('Success! Your order is placed.');
+    await expect.poll(() => text(alice, '#order-status'), WAIT).toBe('Awaiting payment');
+    expect(seconds(`00:${await text(alice, '#pay-countdown')}`)).toBeGreaterThan(14 * 60);
+    expect(await alice.evaluate(() => document.activeElement?.id)).toBe('order-title');
+    expect(await alice.locator('#buy-form').isHidden()).toBe(true);
+    await screenshot(alice, 'shopper-order');
+
+    await alice.locator('#pay').click();
+    await expect.poll(() => text(alice, '#order-status'), { timeout: 20_000 }).toBe('Paid');
+    expect(await text(alice, '#order-message')).toBe('Payment received. Thank you!');
+    expect(await alice.locator('#order-actions').isHidden()).toBe(true);
+    await screenshot(alice, 'shopper-paid', { docs: true });
+
+    const after = await stats(stack, sale.goodsId);
+    expect(after.doRemaining).toBe(0);
+    expect(after.orders.PAID).toBe(1);
+    expect(after.orders.PENDING_PAYMENT).toBe(1);
+
+    // A reload shows the same order (remembered for this shopper and sale).
+    await alice.reload();
+    await expect.poll(() => text(alice, '#order-status'), WAIT).toBe('Paid');
+
+    const bob = await open();
+    await bob.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await signIn(bob, 'bob');
+    await expect.poll(() => text(bob, '#goods-badge'), WAIT).toBe('Sold out');
+    expect(await text(bob, '#buy-label')).toBe('Sold out');
+    expect(await bob.locator('#buy').getAttribute('aria-disabled')).toBe('true');
+    expect(await text(bob, '#stock-pct')).toBe('Remaining 0%');
+    expect(await bob.locator('#order').isHidden()).toBe(true);
+    await screenshot(bob, 'shopper-sold-out');
+  });
+
+  it('a shopper whose page still showed stock is told the sale sold out', async () => {
+    const sale = await createGoods(stack, { stock: 1 });
+    const dave = await open();
+    await dave.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await signIn(dave, 'dave');
+    await answerCaptcha(dave);
+    expect(await text(dave, '#stock-pct')).toBe('Remaining 100%');
+
+    await buyViaApi(stack, 'erin', sale.goodsId);
+    const answers: number[] = [];
+    dave.on('response', (res) => {
+      if (res.url().includes('/api/seckill/do/')) {
+        answers.push(res.status());
+      }
+    });
+    await dave.locator('#buy').click();
+    await expect.poll(() => text(dave, '#alert'), WAIT).toBe('Sold out. Every unit has been taken.');
+    expect(answers).toEqual([410]);
+    expect(await text(dave, '#buy-label')).toBe('Sold out');
+    expect(await text(dave, '#stock-pct')).toBe('Remaining 0%');
+  });
+
+  it('a double click sends one purchase request and makes one order', async () => {
+    const sale = await createGoods(stack, { stock: 5 });
+    const page = await open();
+    const purchases: string[] = [];
+    page.on('request', (req) => {
+      if (req.url().includes('/api/seckill/do/')) {
+        purchases.push(req.url());
+      }
+    });
+    await page.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await signIn(page, 'frank');
+    await answerCaptcha(page);
+
+    await page.locator('#buy').dblclick();
+    // Greyed out with a spinner at once, and deaf to more clicks while the purchase is in flight.
+    expect(await page.locator('#buy').getAttribute('aria-disabled')).toBe('true');
+    expect(await page.locator('#buy').getAttribute('class')).toContain('is-busy');
+    await page.locator('#buy').click({ force: true });
+    await page.locator('#order').waitFor({ state: 'visible', timeout: 20_000 });
+
+    expect(purchases).toHaveLength(1);
+    const after = await eventually(async () => {
+      const s = await stats(stack, sale.goodsId);
+      expect(s.orders.PENDING_PAYMENT).toBe(1);
+      return s;
+    });
+    expect(after.doRemaining).toBe(4);
+  });
+
+  it('the countdown follows the server clock when the device clock is wrong', async () => {
+    const startAt = Date.now() + 12_000;
+    const sale = await createGoods(stack, { stock: 3, startAt });
+
+    // Three hours slow: a page on the device clock would show 03:00:12 and never open.
+    const slow = await open();
+    await slow.clock.install({ time: Date.now() - 3 * 3600_000 });
+    await slow.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await signIn(slow, 'grace');
+    await expect.poll(() => text(slow, '#countdown-label'), WAIT).toBe('Starts in');
+    const left = seconds(await text(slow, '#countdown'));
+    expect(left).toBeGreaterThan(0);
+    expect(left).toBeLessThanOrEqual(12);
+    // The page shows the server's time of day (UTC here), not the device's.
+    const shownOfDay = seconds(await text(slow, '#server-time'));
+    const nowOfDay = Math.floor((Date.now() % 86_400_000) / 1000);
+    expect(Math.abs(((((shownOfDay - nowOfDay + 43_200) % 86_400) + 86_400) % 86_400) - 43_200)).toBeLessThanOrEqual(3);
+    expect(await text(slow, '#buy-label')).toBe('Not started yet');
+
+    // Two hours fast: a page on the device clock would think the sale began long ago.
+    const fast = await open();
+    await fast.clock.install({ time: Date.now() + 2 * 3600_000 });
+    await fast.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await expect.poll(() => text(fast, '#countdown-label'), WAIT).toBe('Starts in');
+    expect(seconds(await text(fast, '#countdown'))).toBeLessThanOrEqual(12);
+    expect(await text(fast, '#goods-badge')).toBe('Coming soon');
+    await screenshot(fast, 'shopper-countdown');
+
+    // The slow device opens the sale at the server's start second, not three hours late.
+    await expect.poll(() => text(slow, '#buy-label'), { timeout: 20_000, interval: 200 }).toBe('Buy now');
+    expect(Date.now()).toBeGreaterThanOrEqual(startAt - 1_000);
+    expect(await slow.locator('#buy').getAttribute('aria-disabled')).toBe('false');
+    expect(await text(slow, '#countdown-label')).toBe('Ends in');
+    expect((await goods(stack, sale.goodsId)).status).toBe('ON_SALE');
+  });
+
+  it('fits a phone screen and speaks Chinese, with a switch to English', async () => {
+    const sale = await createGoods(stack, { stock: 10, title: '极光 X 手机 256GB', imageUrl: `${stack.baseUrl}/img/sample-phone.svg` });
+    const page = await open({ viewport: { width: 390, height: 844 }, locale: 'zh-CN', timezoneId: 'Asia/Shanghai' });
+    // From the list of sales to the sale's page.
+    await page.goto(`${stack.baseUrl}/`);
+    await page.getByRole('link', { name: '极光 X 手机 256GB' }).click();
+    await page.waitForURL(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await expect.poll(() => text(page, '#goods-badge'), WAIT).toBe('抢购中');
+    expect(await text(page, '#buy-label')).toBe('登录后抢购');
+    expect(await text(page, '#stock-pct')).toBe('剩余 100%');
+    expect(await page.evaluate(() => document.documentElement.lang)).toBe('zh-CN');
+    await signIn(page, 'heidi');
+    await answerCaptcha(page);
+    expect(await text(page, '#buy-label')).toBe('立即抢购');
+    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+    await screenshot(page, 'shopper-phone-zh', { docs: true });
+
+    await page.locator('#lang').click();
+    expect(await text(page, '#buy-label')).toBe('Buy now');
+    expect(await text(page, '#lang')).toBe('中文');
+    expect(await page.evaluate(() => document.documentElement.lang)).toBe('en');
+    // The stock bar and the live regions are there for screen readers.
+    expect(await page.locator('#stock-bar').getAttribute('aria-valuetext')).toBe('Remaining 100%');
+    expect(await page.locator('#status').getAttribute('aria-live')).toBe('polite');
+    expect(await page.locator('#alert').getAttribute('role')).toBe('alert');
+  });
+
+  it('the dashboard shows a sale live and pauses and resumes it', async () => {
+    const sale = await createGoods(stack, { stock: 10, title: 'Dashboard phone' });
+    await buyViaApi(stack, 'ivan', sale.goodsId);
+    await buyViaApi(stack, 'judy', sale.goodsId);
+
+    const page = await open({ viewport: { width: 1280, height: 900 } });
+    await page.goto(`${stack.baseUrl}/admin`);
+    await page.locator('#admin-token').fill('wrong-token');
+    await page.locator('#admin-token').press('Enter');
+    await expect.poll(() => text(page, '#login-error'), WAIT).toBe('The admin token was not accepted.');
+    await page.locator('#admin-token').fill(stack.adminToken);
+    await page.locator('#admin-token').press('Enter');
+
+    const card = page.locator(`article[data-goods-id="${sale.goodsId}"]`);
+    await card.waitFor({ state: 'visible', timeout: 15_000 });
+    const field = (name: string) =>
+      card
+        .locator(`[data-field="${name}"]`)
+        .textContent()
+        .then((t) => (t ?? '').trim());
+    await expect.poll(() => field('doRemaining'), { timeout: 10_000 }).toBe('8');
+    expect(await field('dbStock')).toBe('8');
+    expect(await field('mirrorStock')).toBe(stack.mirror ? '8' : 'off');
+    expect(await field('consistent')).toBe('Consistent');
+    expect(await card.locator('[data-field="orders"] tr', { hasText: 'Pending payment' }).locator('td').textContent()).toBe('2');
+    expect(await field('status')).toBe('On sale');
+    await expect.poll(() => card.locator('svg[data-field="chart"] polyline').count(), { timeout: 10_000 }).toBe(1);
+    // A sale while the page is open shows up within a refresh or two.
+    await buyViaApi(stack, 'ken', sale.goodsId);
+    await expect.poll(() => field('doRemaining'), { timeout: 10_000 }).toBe('7');
+    expect(await field('dbStock')).toBe('7');
+
+    await card.locator('[data-action="toggle-pause"]').click();
+    await expect.poll(() => field('status'), WAIT).toBe('Paused');
+    expect(await text(page, '#dash-status')).toBe(`Sale ${sale.goodsId} paused.`);
+    expect(await card.locator('[data-action="toggle-pause"]').textContent()).toBe('Resume');
+    expect((await goods(stack, sale.goodsId)).status).toBe('PAUSED');
+    // Request outcomes per second, from two scrapes of /admin/metrics.
+    await expect.poll(() => page.locator('#traffic-rows tr').count(), { timeout: 10_000 }).toBeGreaterThan(0);
+    await screenshot(page, 'dashboard', { docs: true });
+
+    await card.locator('[data-action="toggle-pause"]').click();
+    await expect.poll(() => field('status'), WAIT).toBe('On sale');
+    expect((await goods(stack, sale.goodsId)).status).toBe('ON_SALE');
+
+    await page.locator('#reconcile').click();
+    await expect.poll(() => text(page, '#dash-status'), WAIT).toMatch(/^Reconciliation finished: \d+ sale\(s\) checked, 0 discrepancies/);
+    expect(await page.locator('#reconcile-report').textContent()).toContain(`"goodsId": ${sale.goodsId}`);
+
+    // The traffic switch: the form shows the live limits and saves a change.
+    await page.locator('#limits-title').click();
+    const perUser = page.locator('#limits-form input[name="perUserPerSecond"]');
+    await expect.poll(() => perUser.inputValue(), WAIT).toBe(String((await limits(stack)).perUserPerSecond));
+    await perUser.fill('5');
+    await page.locator('#limits-form button[type="submit"]').click();
+    await expect.poll(() => text(page, '#limits-status'), WAIT).toBe('Limits saved.');
+    expect((await limits(stack)).perUserPerSecond).toBe(5);
+    await perUser.fill('3');
+    await page.locator('#limits-form button[type="submit"]').click();
+    await expect.poll(async () => (await limits(stack)).perUserPerSecond, WAIT).toBe(3);
+  });
+});

@@ -1,0 +1,149 @@
+// `npm run loadtest` against the Worker's deployable bundle under Miniflare: the tool is run as a
+// user runs it (a child process, JSON on stdout) and its verdict is checked both ways, on a
+// healthy sale and on one whose Postgres copy of the stock was broken on purpose.
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startWorkerStack } from '../../scripts/lib/miniflare-stack.mjs';
+
+type Stack = Awaited<ReturnType<typeof startWorkerStack>>;
+type Check = { name: string; ok: boolean; detail: string };
+type Steps = Record<string, { count: number; p50Ms: number | null; p99Ms: number | null; outcomes: Record<string, number> }>;
+type Report = {
+  goods: { goodsId: number; created: boolean; stock: number };
+  throughput: { requests: number; requestsPerSec: number; attempts: number };
+  steps: Steps;
+  outcomes: { accepted: number; success: number; fail: number; unresolved: number; soldOut: number };
+  idempotency: { retries: number; mismatches: number };
+  stats: { totalStock: number; doRemaining: number; dbStock: number; orders: Record<string, number> };
+  invariants: { ok: boolean; oversold: number; lost: number; checks: Check[] };
+};
+
+const script = fileURLToPath(new URL('../../scripts/loadtest.mjs', import.meta.url));
+
+function loadtest(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [script, ...args], { maxBuffer: 64 * 1024 * 1024 }, (error, stdout, stderr) => {
+      const code = error && typeof error.code === 'number' ? error.code : error ? -1 : 0;
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+describe('npm run loadtest', () => {
+  let stack: Stack;
+
+  beforeAll(async () => {
+    stack = await startWorkerStack({ databaseUrl: process.env.TEST_DATABASE_URL, redisUrl: process.env.TEST_REDIS_URL });
+  });
+
+  afterAll(async () => {
+    await stack?.close();
+  });
+
+  it('sells exactly the stock to 300 shoppers with duplicates, retries and bad input, and says the invariants hold', async () => {
+    const run = await loadtest([
+      '--url',
+      stack.url,
+      '--admin-token',
+      stack.adminToken,
+      '--stock',
+      '50',
+      '--users',
+      '300',
+      '--concurrency',
+      '40',
+      '--duplicates',
+      '0.1',
+      '--retries',
+      '0.3',
+      '--malformed',
+      '0.05',
+      '--raise-limits',
+      '--json',
+    ]);
+    expect(run.code, run.stderr).toBe(0);
+    const report = JSON.parse(run.stdout) as Report;
+    expect(report.goods).toMatchObject({ created: true, stock: 50 });
+    expect(report.invariants).toMatchObject({ ok: true, oversold: 0, lost: 0 });
+    expect(report.invariants.checks.length).toBeGreaterThanOrEqual(10);
+    expect(report.outcomes).toMatchObject({ accepted: 50, success: 50, fail: 0, unresolved: 0 });
+    expect(report.outcomes.soldOut).toBeGreaterThan(0);
+    expect(report.stats).toMatchObject({ totalStock: 50, doRemaining: 0, dbStock: 0 });
+    expect(report.stats.orders.PENDING_PAYMENT).toBe(50);
+    for (const step of ['challenge', 'token', 'purchase', 'result', 'malformed'] as const) {
+      expect(report.steps[step]?.count, step).toBeGreaterThan(0);
+      expect(report.steps[step]?.p99Ms, step).toBeGreaterThan(0);
+    }
+    const malformed = report.steps.malformed?.outcomes ?? {};
+    expect(
+      Object.keys(malformed).every((k) => k.startsWith('4')),
+      JSON.stringify(malformed),
+    ).toBe(true);
+    expect(report.idempotency.retries).toBeGreaterThan(0);
+    expect(report.idempotency.mismatches).toBe(0);
+    expect(report.throughput.requestsPerSec).toBeGreaterThan(0);
+    // Progress goes to stderr, once a second, and the limits are put back afterwards.
+    expect(run.stderr).toContain('Limits restored.');
+    const limits = await fetch(`${stack.url}/admin/limits`, { headers: { authorization: `Bearer ${stack.adminToken}` } });
+    expect(((await limits.json()) as { perIpPerSecond: number }).perIpPerSecond).toBe(10);
+  });
+
+  it('fails, with exit status 1, when Postgres disagrees with the goods object', async () => {
+    const created = await fetch(`${stack.url}/admin/goods`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${stack.adminToken}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        activityId: 1,
+        title: 'Broken',
+        priceCents: 100,
+        stock: 10,
+        startAt: Date.now() - 1000,
+        endAt: Date.now() + 3600_000,
+      }),
+    });
+    const { goodsId } = (await created.json()) as { goodsId: number };
+    const db = new pg.Client({ connectionString: stack.services.databaseUrl });
+    await db.connect();
+    try {
+      await db.query('UPDATE seckill_goods SET stock = stock - 1 WHERE id = $1', [goodsId]);
+    } finally {
+      await db.end();
+    }
+    const run = await loadtest([
+      '--url',
+      stack.url,
+      '--admin-token',
+      stack.adminToken,
+      '--goods-id',
+      String(goodsId),
+      '--users',
+      '20',
+      '--concurrency',
+      '10',
+      '--raise-limits',
+      '--settle-timeout',
+      '3',
+      '--json',
+    ]);
+    expect(run.code, run.stderr).toBe(1);
+    const report = JSON.parse(run.stdout) as Report;
+    expect(report.invariants.ok).toBe(false);
+    const failed = report.invariants.checks.filter((c) => !c.ok).map((c) => c.name);
+    expect(failed).toContain('Postgres agrees');
+    // Postgres, the final guard, sold only the 9 units it had; the 10th reservation was refused
+    // there, told FAIL, and its unit went back to the object. Nothing the shoppers were told is lost.
+    expect(report.outcomes.success).toBe(9);
+    expect(report.outcomes.fail).toBeGreaterThanOrEqual(1);
+    expect(report.invariants.lost).toBe(0);
+    expect(report.stats).toMatchObject({ dbStock: 0, doRemaining: 1 });
+  });
+
+  it('refuses a run without a goods, with exit status 2 and the usage', async () => {
+    const run = await loadtest(['--url', stack.url, '--admin-token', stack.adminToken]);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain('give either --stock');
+    expect(run.stderr).toContain('Usage: npm run loadtest');
+  });
+});

@@ -1,0 +1,166 @@
+// Shopper tokens from the shop's own login: HS256 with AUTH_JWT_SECRET, or RS256/ES256
+// verified against the key set at AUTH_JWKS_URL (served here by a stubbed fetch).
+import { createExecutionContext, waitOnExecutionContext } from 'cloudflare:test';
+import { env } from 'cloudflare:workers';
+import { sign } from 'hono/jwt';
+import type { HonoJsonWebKey } from 'hono/utils/jwt/jws';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import type { ShopperAuthConfig } from '../../workers/config';
+import { AppError } from '../../workers/errors';
+import { clearKeySets, verifyShopperToken } from '../../workers/http/shopper-jwt';
+import worker from '../../workers/index';
+
+const JWKS_URL = 'https://login.shop.test/.well-known/jwks.json';
+const ISSUER = 'https://login.shop.test/';
+
+type KeyPair = { privateJwk: HonoJsonWebKey; publicJwk: HonoJsonWebKey };
+
+async function keyPair(alg: 'ES256' | 'RS256', kid: string): Promise<KeyPair> {
+  const params =
+    alg === 'ES256'
+      ? { name: 'ECDSA', namedCurve: 'P-256' }
+      : { name: 'RSASSA-PKCS1-v1_5', modulusLength: 2048, publicExponent: new Uint8Array([1, 0, 1]), hash: 'SHA-256' };
+  const pair = (await crypto.subtle.generateKey(params, true, ['sign', 'verify'])) as CryptoKeyPair;
+  const privateJwk = (await crypto.subtle.exportKey('jwk', pair.privateKey)) as JsonWebKey;
+  const publicJwk = (await crypto.subtle.exportKey('jwk', pair.publicKey)) as JsonWebKey;
+  return { privateJwk: { ...privateJwk, alg, kid }, publicJwk: { ...publicJwk, alg, kid, use: 'sig' } };
+}
+
+function claims(sub: string, extra: Record<string, unknown> = {}) {
+  const now = Math.floor(Date.now() / 1000);
+  return { sub, iss: ISSUER, iat: now, exp: now + 600, ...extra };
+}
+
+let es: KeyPair;
+let rs: KeyPair;
+let stranger: KeyPair;
+let published: HonoJsonWebKey[];
+let jwksStatus: number;
+let jwksFetches: number;
+
+beforeEach(async () => {
+  es ??= await keyPair('ES256', 'es-1');
+  rs ??= await keyPair('RS256', 'rs-1');
+  stranger ??= await keyPair('ES256', 'es-unknown');
+  published = [es.publicJwk, rs.publicJwk, { kty: 'RSA', kid: 'enc-1', use: 'enc', n: 'x', e: 'AQAB' }];
+  jwksStatus = 200;
+  jwksFetches = 0;
+  clearKeySets();
+  const realFetch = globalThis.fetch;
+  vi.spyOn(globalThis, 'fetch').mockImplementation(async (input, init) => {
+    const url = input instanceof Request ? input.url : String(input);
+    if (url !== JWKS_URL) {
+      return realFetch(input, init);
+    }
+    jwksFetches++;
+    return jwksStatus === 200 ? Response.json({ keys: published }) : new Response('upstream down', { status: jwksStatus });
+  });
+  vi.spyOn(console, 'warn').mockImplementation(() => {});
+  vi.spyOn(console, 'error').mockImplementation(() => {});
+});
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+const jwksOnly: ShopperAuthConfig = { hs256Secret: undefined, jwksUrl: JWKS_URL, issuer: ISSUER, audience: undefined };
+
+describe('verifyShopperToken with a JWKS', () => {
+  it('accepts ES256 and RS256 tokens from the published keys, fetching the set once', async () => {
+    expect((await verifyShopperToken(await sign(claims('alice'), es.privateJwk), jwksOnly)).sub).toBe('alice');
+    expect((await verifyShopperToken(await sign(claims('bob'), rs.privateJwk), jwksOnly)).sub).toBe('bob');
+    expect(jwksFetches).toBe(1);
+  });
+
+  it('rejects a key it does not know, refetching at most once a minute for rotated keys', async () => {
+    const now = Date.now();
+    const forged = await sign(claims('mallory'), stranger.privateJwk);
+    await expect(verifyShopperToken(forged, jwksOnly, now)).rejects.toThrow();
+    await expect(verifyShopperToken(forged, jwksOnly, now + 1000)).rejects.toThrow();
+    expect(jwksFetches).toBe(1);
+    // The login rotates to a new key: once the minute has passed, its tokens are accepted.
+    published = [...published, stranger.publicJwk];
+    await expect(verifyShopperToken(forged, jwksOnly, now + 30_000)).rejects.toThrow();
+    expect((await verifyShopperToken(forged, jwksOnly, now + 61_000)).sub).toBe('mallory');
+    expect(jwksFetches).toBe(2);
+  });
+
+  it('refreshes the key set after ten minutes', async () => {
+    const now = Date.now();
+    const token = await sign(claims('alice'), es.privateJwk);
+    await verifyShopperToken(token, jwksOnly, now);
+    await verifyShopperToken(token, jwksOnly, now + 9 * 60_000);
+    expect(jwksFetches).toBe(1);
+    await verifyShopperToken(token, jwksOnly, now + 11 * 60_000);
+    expect(jwksFetches).toBe(2);
+  });
+
+  it('enforces expiry, issuer and audience', async () => {
+    const past = Math.floor(Date.now() / 1000) - 60;
+    await expect(verifyShopperToken(await sign(claims('alice', { exp: past }), es.privateJwk), jwksOnly)).rejects.toThrow();
+    await expect(verifyShopperToken(await sign(claims('alice', { iss: 'https://evil.test/' }), es.privateJwk), jwksOnly)).rejects.toThrow();
+    const withAudience = { ...jwksOnly, audience: 'seckill' };
+    await expect(verifyShopperToken(await sign(claims('alice'), es.privateJwk), withAudience)).rejects.toThrow();
+    expect((await verifyShopperToken(await sign(claims('alice', { aud: 'seckill' }), es.privateJwk), withAudience)).sub).toBe('alice');
+  });
+
+  it('refuses HS256 tokens when only a JWKS is configured (no algorithm confusion)', async () => {
+    const withPublicKeyAsSecret = await sign(claims('mallory'), JSON.stringify(es.publicJwk), 'HS256');
+    await expect(verifyShopperToken(withPublicKeyAsSecret, jwksOnly)).rejects.toThrow(/HS256 are not accepted/);
+    await expect(verifyShopperToken(await sign(claims('mallory'), 'anything', 'HS256'), jwksOnly)).rejects.toThrow();
+  });
+
+  it('answers UNAVAILABLE when the key set cannot be fetched and none is cached', async () => {
+    jwksStatus = 502;
+    const error = await verifyShopperToken(await sign(claims('alice'), es.privateJwk), jwksOnly).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(AppError);
+    expect((error as AppError).code).toBe('UNAVAILABLE');
+  });
+
+  it('keeps using a stale key set while the login server is down', async () => {
+    const now = Date.now();
+    const token = await sign(claims('alice'), es.privateJwk);
+    await verifyShopperToken(token, jwksOnly, now);
+    jwksStatus = 503;
+    expect((await verifyShopperToken(token, jwksOnly, now + 20 * 60_000)).sub).toBe('alice');
+    expect(jwksFetches).toBe(2);
+  });
+});
+
+describe('shopper routes with AUTH_JWKS_URL', () => {
+  // The local secret stays set, so the dev token route keeps working next to the JWKS.
+  const jwksEnv = { ...env, AUTH_JWKS_URL: JWKS_URL, AUTH_JWT_ISSUER: ISSUER } as Env;
+  const unknownRequest = '/api/seckill/result/999999999.aaaaaaaaaaaaaaaaaaaaaa';
+
+  async function get(path: string, token: string): Promise<Response> {
+    const ctx = createExecutionContext();
+    const res = await worker.fetch(
+      new Request(`https://sale.shop.test${path}`, { headers: { authorization: `Bearer ${token}` } }),
+      jwksEnv,
+      ctx,
+    );
+    await waitOnExecutionContext(ctx);
+    return res;
+  }
+
+  it('lets a JWKS-signed shopper through (404 for an unknown request, not 401)', async () => {
+    const res = await get(unknownRequest, await sign(claims('alice'), es.privateJwk));
+    expect(res.status).toBe(404);
+  });
+
+  it('still accepts HS256 tokens signed with AUTH_JWT_SECRET when both are set', async () => {
+    const res = await get(unknownRequest, await sign(claims('alice'), env.AUTH_JWT_SECRET, 'HS256'));
+    expect(res.status).toBe(404);
+  });
+
+  it('answers 401 for a token from an unknown key and 503 when the keys are unreachable', async () => {
+    const forged = await get(unknownRequest, await sign(claims('mallory'), stranger.privateJwk));
+    expect(forged.status).toBe(401);
+    expect((await forged.json<{ error: { code: string } }>()).error.code).toBe('UNAUTHENTICATED');
+    clearKeySets();
+    jwksStatus = 500;
+    const down = await get(unknownRequest, await sign(claims('alice'), es.privateJwk));
+    expect(down.status).toBe(503);
+    expect((await down.json<{ error: { code: string } }>()).error.code).toBe('UNAVAILABLE');
+  });
+});

@@ -1,0 +1,191 @@
+import { describe, expect, it } from 'vitest';
+import { clientIp, clientKeys, ipKey } from '../../workers/defences/client-guard';
+import { type AdmitKey, GuardBook } from '../../workers/defences/guard-rules';
+import { admissionRate, applyPatch, DEFAULT_LIMITS, LimitsPatch, readStoredLimits } from '../../workers/defences/limits';
+import { leadingZeroBits, solvePow, verifyPow } from '../../workers/defences/pow';
+import { knownSoldOut, markInStock, markSoldOut, SOLD_OUT_TRUST_MS, soldOutNow } from '../../workers/defences/sold-out';
+import { SlidingLog, TokenBucket, WindowCounter } from '../../workers/defences/windows';
+
+const T0 = 1_700_000_000_000;
+
+describe('SlidingLog', () => {
+  it('admits at most N in any one-second window and says when the next slot frees', () => {
+    const log = new SlidingLog();
+    for (let i = 0; i < 3; i++) {
+      expect(log.waitMs(T0 + i * 100, 1000, 3)).toBe(0);
+      log.add(T0 + i * 100);
+    }
+    // The oldest of the three (T0) leaves the window at T0 + 1000.
+    expect(log.waitMs(T0 + 500, 1000, 3)).toBe(500);
+    expect(log.waitMs(T0 + 999, 1000, 3)).toBe(1);
+    expect(log.waitMs(T0 + 1000, 1000, 3)).toBe(0);
+  });
+
+  it('applies a lowered limit at once to what it already holds', () => {
+    const log = new SlidingLog();
+    for (let i = 0; i < 5; i++) {
+      log.add(T0 + i);
+    }
+    expect(log.count(T0 + 10, 1000)).toBe(5);
+    expect(log.waitMs(T0 + 10, 1000, 2)).toBeGreaterThan(0);
+    expect(log.idle(T0 + 2000, 1000)).toBe(true);
+  });
+});
+
+describe('WindowCounter', () => {
+  it('counts events within the window and forgets those outside it', () => {
+    const c = new WindowCounter(10_000);
+    for (let i = 0; i < 50; i++) {
+      c.hit(T0 + i * 100, 10_000);
+    }
+    expect(c.total(T0 + 5_000, 10_000)).toBe(50);
+    expect(c.total(T0 + 30_000, 10_000)).toBe(0);
+  });
+
+  it('never counts an event older than the window', () => {
+    const c = new WindowCounter(10_000);
+    c.hit(T0, 10_000);
+    expect(c.total(T0 + 10_001, 10_000)).toBe(0);
+  });
+});
+
+describe('TokenBucket', () => {
+  it('grants about `rate` permits per second, holding at most a tenth of a second of them', () => {
+    const b = new TokenBucket();
+    let granted = 0;
+    for (let t = 0; t <= 10_000; t += 10) {
+      granted += b.take(1000, 100, T0 + t).granted;
+    }
+    // 10 s at 100/s plus the first full bucket (10).
+    expect(granted).toBeGreaterThanOrEqual(1000);
+    expect(granted).toBeLessThanOrEqual(1010);
+  });
+
+  it('says how long until the next permit, and rate 0 grants nothing', () => {
+    const b = new TokenBucket();
+    expect(b.take(5, 5, T0)).toEqual({ granted: 1, retryAfterMs: 0 });
+    const empty = b.take(5, 5, T0);
+    expect(empty.granted).toBe(0);
+    expect(empty.retryAfterMs).toBe(200);
+    expect(b.take(5, 0, T0 + 5_000)).toEqual({ granted: 0, retryAfterMs: 1000 });
+  });
+});
+
+describe('GuardBook', () => {
+  const policy = { threshold: 5, windowMs: 10_000, durationMs: 600_000 };
+  const keys = (perSecond: number): AdmitKey[] => [{ id: 'ip:198.51.100.1', scope: 'sale', perSecond }];
+
+  it('limits, then bans a client that keeps hammering, and refuses it while banned', () => {
+    const book = new GuardBook();
+    const bans = new Map<string, number>();
+    const verdicts = [];
+    for (let i = 0; i < 7; i++) {
+      const { verdict, newBans } = book.admit(keys(2), policy, bans, T0 + i);
+      for (const b of newBans) {
+        bans.set(b.id, b.until);
+      }
+      verdicts.push(verdict.ok ? 'ok' : verdict.reason);
+    }
+    expect(verdicts).toEqual(['ok', 'ok', 'RATE_LIMITED', 'RATE_LIMITED', 'RATE_LIMITED', 'BANNED', 'BANNED']);
+    expect(bans.get('ip:198.51.100.1')).toBe(T0 + 5 + 600_000);
+    const later = book.admit(keys(2), policy, bans, T0 + 600_006);
+    expect(later.verdict.ok).toBe(true);
+  });
+
+  it('checks every key before counting any, so a refused request uses no one’s quota', () => {
+    const book = new GuardBook();
+    const bans = new Map<string, number>();
+    const pair: AdmitKey[] = [
+      { id: 'ip:198.51.100.2', scope: 'sale', perSecond: 10 },
+      { id: 'user:amy', scope: 'purchase', perSecond: 1 },
+    ];
+    expect(book.admit(pair, { ...policy, threshold: 100 }, bans, T0).verdict.ok).toBe(true);
+    const second = book.admit(pair, { ...policy, threshold: 100 }, bans, T0 + 1);
+    expect(second.verdict).toMatchObject({ ok: false, reason: 'RATE_LIMITED', id: 'user:amy', retryAfterMs: 999 });
+    // The address used one slot, not two: nine more fit in the same second.
+    for (let i = 0; i < 9; i++) {
+      const v = book.admit([{ id: 'ip:198.51.100.2', scope: 'sale', perSecond: 10 }], { ...policy, threshold: 100 }, bans, T0 + 2 + i);
+      expect(v.verdict.ok).toBe(true);
+    }
+  });
+});
+
+describe('client keys', () => {
+  it('validates cf-connecting-ip and keys IPv6 clients by their /64', () => {
+    expect(clientIp(undefined)).toBeUndefined();
+    expect(clientIp('203.0.113.9')).toBe('203.0.113.9');
+    expect(() => clientIp('not-an-ip')).toThrow(/cf-connecting-ip/);
+    expect(() => clientIp('1.2.3.4, 5.6.7.8')).toThrow();
+    expect(ipKey('203.0.113.9')).toBe('ip:203.0.113.9');
+    expect(ipKey('::ffff:203.0.113.9')).toBe('ip:203.0.113.9');
+    expect(ipKey('2001:db8:0:1::5')).toBe('ip6:2001:db8:0:1::/64');
+    expect(ipKey('2001:0db8:0000:0001:ffff:ffff:ffff:ffff')).toBe('ip6:2001:db8:0:1::/64');
+    expect(ipKey('::1')).toBe('ip6:0:0:0:0::/64');
+  });
+
+  it('counts an address over all sale routes and a shopper per route; without an address, per shopper', () => {
+    expect(clientKeys('203.0.113.9', 'amy', 'token', DEFAULT_LIMITS)).toEqual([
+      { id: 'ip:203.0.113.9', scope: 'sale', perSecond: 10 },
+      { id: 'user:amy', scope: 'token', perSecond: 3 },
+    ]);
+    expect(clientKeys(undefined, 'amy', 'purchase', DEFAULT_LIMITS)[0]?.id).toBe('anon:amy');
+  });
+});
+
+describe('limits', () => {
+  it('patches any subset, drops a per-goods override with null, and rejects nonsense', () => {
+    const one = applyPatch(DEFAULT_LIMITS, LimitsPatch.parse({ admissionByGoods: { '7': 50, '8': 0 }, perIpPerSecond: 100 }));
+    expect(one).toMatchObject({ perIpPerSecond: 100, admissionByGoods: { '7': 50, '8': 0 } });
+    expect(admissionRate(one, 7)).toBe(50);
+    expect(admissionRate(one, 9)).toBe(DEFAULT_LIMITS.admissionPerSecond);
+    const two = applyPatch(one, LimitsPatch.parse({ admissionByGoods: { '7': null } }));
+    expect(two.admissionByGoods).toEqual({ '8': 0 });
+    for (const bad of [
+      {},
+      { perIpPerSecond: 0 },
+      { perIpPerSecond: 1.5 },
+      { perIpPerSecond: '5' },
+      { nope: 1 },
+      { admissionByGoods: { x: 1 } },
+      [],
+    ]) {
+      expect(LimitsPatch.safeParse(bad).success, JSON.stringify(bad)).toBe(false);
+    }
+  });
+
+  it('reads stored limits of any age: missing or broken fields take their defaults', () => {
+    expect(readStoredLimits(undefined)).toEqual(DEFAULT_LIMITS);
+    expect(readStoredLimits({ perIpPerSecond: 25, banSeconds: -1, removedLater: true })).toEqual({ ...DEFAULT_LIMITS, perIpPerSecond: 25 });
+  });
+});
+
+describe('proof of work', () => {
+  it('counts leading zero bits and checks a solution', async () => {
+    expect(leadingZeroBits(new Uint8Array([0, 0x0f]))).toBe(12);
+    expect(leadingZeroBits(new Uint8Array([0x80]))).toBe(0);
+    expect(leadingZeroBits(new Uint8Array([0, 0]))).toBe(16);
+    const nonce = await solvePow('prefix-abc', 10);
+    expect(await verifyPow('prefix-abc', nonce, 10)).toBe(true);
+    // The same nonce does not carry over to another challenge (2^-10 chance it would by luck).
+    let wrong = 0;
+    for (const p of ['p1', 'p2', 'p3', 'p4']) {
+      wrong += (await verifyPow(p, nonce, 10)) ? 0 : 1;
+    }
+    expect(wrong).toBeGreaterThanOrEqual(3);
+  });
+});
+
+describe('sold-out cache', () => {
+  it('is trusted for a while, then lets exactly one request re-check', () => {
+    const g = 900_000_001;
+    expect(knownSoldOut(g, T0)).toBe(false);
+    markSoldOut(g, T0);
+    expect(knownSoldOut(g, T0 + 1)).toBe(true);
+    expect(soldOutNow(g, T0 + SOLD_OUT_TRUST_MS - 1)).toBe(true);
+    const after = T0 + SOLD_OUT_TRUST_MS;
+    expect(knownSoldOut(g, after)).toBe(false);
+    expect(knownSoldOut(g, after + 1)).toBe(true);
+    markInStock(g);
+    expect(knownSoldOut(g, after + 2)).toBe(false);
+  });
+});

@@ -1,0 +1,297 @@
+import { type ApiFail, callJson } from '../shared/api';
+import { PurchaseToken, Queued, Result } from '../shared/contract';
+import { byId, loadLocal, saveLocal, setBusy } from '../shared/dom';
+import type { SaleState } from '../shared/sale';
+import { Captcha } from './captcha';
+import { newKey, type ShopperContext, sleep, storageKeys } from './context';
+import type { GoodsView } from './goods-view';
+import type { ShopperKey } from './messages';
+import { ClickGuard, FAST_POLLS, LocalLimiter, POLL_GIVE_UP_MS, resultPollDelay } from './pacing';
+import type { Session } from './session';
+
+/** A purchase ticket in hand: kept across BUSY / network failures so a retry replays it. */
+type Attempt = { userId: string; key: string; token: string; path: string };
+type Phase = 'idle' | 'sending' | 'queued';
+
+/** Failures after which the same ticket and Idempotency-Key may be sent again. */
+function retryable(fail: ApiFail): boolean {
+  return fail.status === 0 || fail.status === 429 || fail.status >= 500;
+}
+
+const REASON_KEYS: Record<string, ShopperKey> = {
+  SOLD_OUT: 'reasonSOLD_OUT',
+  ALREADY_PURCHASED: 'reasonALREADY_PURCHASED',
+  NOT_STARTED: 'reasonNOT_STARTED',
+  ENDED: 'reasonENDED',
+  PAUSED: 'reasonPAUSED',
+  TOKEN_INVALID: 'reasonTOKEN_INVALID',
+  CAPTCHA_FAILED: 'reasonCAPTCHA_FAILED',
+  BANNED: 'reasonBANNED',
+  BUSY: 'reasonBUSY',
+  UNAVAILABLE: 'reasonBUSY',
+  INTERNAL: 'reasonBUSY',
+  NETWORK: 'reasonNETWORK',
+  TIMEOUT: 'reasonNETWORK',
+  CANCELLED: 'reasonCANCELLED',
+  CLOSED_TIMEOUT: 'reasonCLOSED_TIMEOUT',
+  ORDER_FAILED: 'reasonORDER_FAILED',
+  NOT_FOUND: 'reasonNOT_FOUND',
+  UNAUTHENTICATED: 'reasonUNAUTHENTICATED',
+};
+
+/**
+ * The buy button and what follows it: captcha -> one-time token -> purchase (202) -> the
+ * result, polled every second ten times, then with backoff.
+ */
+export class BuyFlow {
+  private readonly guard = new ClickGuard();
+  private readonly limiter = new LocalLimiter();
+  private readonly captcha: Captcha;
+  private phase: Phase = 'idle';
+  private attempt: Attempt | undefined;
+  private holdsOrder = false;
+  private readonly els = {
+    form: byId('buy-form', HTMLFormElement),
+    button: byId('buy', HTMLButtonElement),
+    label: byId('buy-label', HTMLElement),
+    status: byId('status', HTMLElement),
+    alert: byId('alert', HTMLElement),
+  };
+
+  constructor(
+    private readonly ctx: ShopperContext,
+    private readonly view: GoodsView,
+    private readonly onOrder: (orderId: string) => void,
+  ) {
+    this.captcha = new Captcha(ctx, view.goodsId);
+    this.els.form.addEventListener('submit', (event) => {
+      event.preventDefault();
+      void this.submit();
+    });
+  }
+
+  /** Called every second and when the sale's state changes. */
+  update(state: SaleState | undefined): void {
+    const session = this.ctx.session();
+    const live = state === 'ON_SALE' || (state === 'UPCOMING' && (this.view.goods?.startAt ?? 0) - this.ctx.clock.now() < 4 * 60_000);
+    this.captcha.setWanted(Boolean(session) && live && !this.holdsOrder && this.phase === 'idle');
+    this.render(state);
+  }
+
+  /** Hides the form while the shopper holds a live order for this goods. */
+  setHoldsOrder(holds: boolean): void {
+    this.holdsOrder = holds;
+    this.els.form.hidden = holds;
+    this.update(this.view.state());
+  }
+
+  /** Picks up a purchase left queued by a reload. */
+  resume(session: Session): void {
+    const requestId = loadLocal(storageKeys.pending(session.userId, this.view.goodsId));
+    if (requestId && this.phase === 'idle' && this.guard.tryEnter()) {
+      this.phase = 'queued';
+      this.say('statusQueued');
+      void this.poll(session, requestId).finally(() => this.done());
+    }
+  }
+
+  /** Forgets per-shopper state (sign-out or another shopper signing in). */
+  reset(): void {
+    this.attempt = undefined;
+    this.limiter.reset();
+    this.say();
+    this.alert();
+  }
+
+  private render(state: SaleState | undefined): void {
+    const { button, label } = this.els;
+    const wait = this.limiter.waitMs();
+    let key: ShopperKey = 'buyNow';
+    let disabled = false;
+    if (this.phase === 'sending') {
+      key = 'buying';
+      disabled = true;
+    } else if (this.phase === 'queued') {
+      key = 'queuedButton';
+      disabled = true;
+    } else if (!this.ctx.session()) {
+      key = 'buySignIn';
+    } else if (state !== 'ON_SALE') {
+      key = state === 'SOLD_OUT' ? 'buySoldOut' : state === 'ENDED' ? 'buyEnded' : state === 'PAUSED' ? 'buyPaused' : 'buyStartsSoon';
+      disabled = true;
+    } else if (wait > 0) {
+      key = 'retryIn';
+      disabled = true;
+    }
+    label.textContent = this.ctx.i18n.t(key, { s: Math.ceil(wait / 1000) });
+    button.setAttribute('aria-disabled', String(disabled));
+    button.classList.toggle('is-busy', this.phase !== 'idle');
+  }
+
+  private async submit(): Promise<void> {
+    const session = this.ctx.session();
+    if (!session) {
+      this.ctx.focusSignIn();
+      return;
+    }
+    // Everything that can make the button inactive is checked before the guard, so an
+    // ignored click leaves no trace; the guard then drops repeats within 300 ms.
+    if (this.phase !== 'idle' || this.view.state() !== 'ON_SALE' || !this.guard.tryEnter()) {
+      return;
+    }
+    this.phase = 'sending';
+    this.render(this.view.state());
+    try {
+      await this.purchase(session);
+    } finally {
+      this.done();
+    }
+  }
+
+  private done(): void {
+    this.guard.release();
+    this.phase = 'idle';
+    setBusy(this.els.button, false);
+    this.update(this.view.state());
+  }
+
+  private async purchase(session: Session): Promise<void> {
+    this.alert();
+    const wait = this.limiter.waitMs();
+    if (wait > 0) {
+      this.alert('reasonLOCAL_LIMIT', { s: Math.ceil(wait / 1000) });
+      return;
+    }
+    this.say('statusSending');
+    let attempt = this.attempt?.userId === session.userId ? this.attempt : undefined;
+    if (!attempt) {
+      attempt = await this.takeTicket(session);
+      if (!attempt) {
+        this.say();
+        return;
+      }
+      this.attempt = attempt;
+    }
+    this.limiter.note();
+    const res = await callJson(`/api/seckill/do/${encodeURIComponent(attempt.path)}`, Queued, {
+      method: 'POST',
+      auth: session.token,
+      headers: { 'Idempotency-Key': attempt.key },
+      body: { goodsId: this.view.goodsId, token: attempt.token },
+    });
+    if (!res.ok) {
+      if (!retryable(res)) {
+        this.attempt = undefined;
+      }
+      this.say();
+      this.fail(res);
+      return;
+    }
+    this.attempt = undefined;
+    saveLocal(storageKeys.pending(session.userId, this.view.goodsId), res.data.requestId);
+    this.phase = 'queued';
+    this.render(this.view.state());
+    this.say('statusQueued');
+    await this.poll(session, res.data.requestId);
+  }
+
+  /** Answers the captcha and exchanges it for a one-time token and hidden path. */
+  private async takeTicket(session: Session): Promise<Attempt | undefined> {
+    const answer = await this.captcha.takeAnswer();
+    if (!answer.ok) {
+      this.alert(answer.reason);
+      this.captcha.focus();
+      return undefined;
+    }
+    const res = await callJson(`/api/seckill/goods/${this.view.goodsId}/token`, PurchaseToken, {
+      method: 'POST',
+      auth: session.token,
+      body: answer.body,
+    });
+    if (!res.ok) {
+      if (res.code === 'CAPTCHA_FAILED') {
+        this.alert('captchaWrong');
+        this.captcha.focus();
+      } else {
+        this.fail(res);
+      }
+      return undefined;
+    }
+    return { userId: session.userId, key: newKey(), token: res.data.token, path: res.data.path };
+  }
+
+  private async poll(session: Session, requestId: string): Promise<void> {
+    const started = Date.now();
+    const pendingKey = storageKeys.pending(session.userId, this.view.goodsId);
+    for (let attempt = 0; ; attempt++) {
+      await sleep(resultPollDelay(attempt));
+      if (this.ctx.session()?.userId !== session.userId) {
+        return;
+      }
+      const res = await callJson(`/api/seckill/result/${encodeURIComponent(requestId)}`, Result, { auth: session.token });
+      if (res.ok && res.data.status === 'SUCCESS' && res.data.orderId) {
+        saveLocal(pendingKey, undefined);
+        this.say('success');
+        this.onOrder(res.data.orderId);
+        return;
+      }
+      if (res.ok && res.data.status === 'FAIL') {
+        saveLocal(pendingKey, undefined);
+        this.say();
+        this.fail({ ok: false, status: 200, code: res.data.reason ?? 'ORDER_FAILED', message: res.data.reason ?? '', requestId });
+        return;
+      }
+      if (!res.ok && (res.status === 401 || res.status === 404 || res.status === 400)) {
+        saveLocal(pendingKey, undefined);
+        this.say();
+        this.fail(res);
+        return;
+      }
+      if (!res.ok && res.retryAfterSeconds) {
+        await sleep(res.retryAfterSeconds * 1000);
+      }
+      if (attempt === FAST_POLLS - 1) {
+        this.say('statusStillQueued');
+      }
+      if (Date.now() - started > POLL_GIVE_UP_MS) {
+        this.say('statusGaveUp');
+        return;
+      }
+    }
+  }
+
+  /** Shows why a step failed, and adjusts the page to it. */
+  private fail(fail: ApiFail): void {
+    if (fail.code === 'UNAUTHENTICATED') {
+      this.ctx.sessionExpired();
+      return;
+    }
+    if (fail.code === 'SOLD_OUT') {
+      this.view.markSoldOut();
+    } else if (fail.code === 'ENDED' || fail.code === 'PAUSED' || fail.code === 'NOT_STARTED') {
+      void this.view.refresh();
+    } else if (fail.code === 'TOKEN_INVALID') {
+      this.attempt = undefined;
+    }
+    if (fail.code === 'RATE_LIMITED' || fail.retryAfterSeconds) {
+      const s = fail.retryAfterSeconds ?? 5;
+      this.limiter.note(s * 1000);
+      this.alert('reasonRATE_LIMITED', { s });
+      return;
+    }
+    const key = REASON_KEYS[fail.code] ?? (fail.status >= 500 ? 'reasonBUSY' : undefined);
+    if (key) {
+      this.alert(key);
+    } else {
+      this.alert('reasonUNKNOWN', { message: fail.message || fail.code });
+    }
+  }
+
+  private say(key?: ShopperKey): void {
+    this.els.status.textContent = key ? this.ctx.i18n.t(key) : '';
+  }
+
+  private alert(key?: ShopperKey, vars?: Record<string, string | number>): void {
+    this.els.alert.textContent = key ? this.ctx.i18n.t(key, vars) : '';
+  }
+}

@@ -1,0 +1,78 @@
+// How the page paces the shopper's requests: the first layer of the seed's defences
+// (button debounce, local rate limit, polite polling), kept pure so it is unit-tested.
+
+/** Repeats within this window of an accepted click are ignored (seed: 300 ms). */
+export const CLICK_WINDOW_MS = 300;
+/** One purchase request per shopper per this window, from this page (seed: 5 s). */
+export const LOCAL_LIMIT_MS = 5_000;
+/** Poll the result every second this many times, then back off. */
+export const FAST_POLLS = 10;
+export const MAX_POLL_DELAY_MS = 15_000;
+/** After this long without an answer the page stops polling and tells the shopper to reload. */
+export const POLL_GIVE_UP_MS = 5 * 60_000;
+
+/**
+ * Accepts a click only when nothing is in flight and the previous accepted click is more
+ * than CLICK_WINDOW_MS ago.
+ */
+export class ClickGuard {
+  private lastAt = Number.NEGATIVE_INFINITY;
+  private inFlight = false;
+
+  constructor(
+    private readonly now: () => number = () => performance.now(),
+    private readonly windowMs = CLICK_WINDOW_MS,
+  ) {}
+
+  /** True when this click may start work; the caller must `release()` when it is done. */
+  tryEnter(): boolean {
+    const t = this.now();
+    if (this.inFlight || t - this.lastAt < this.windowMs) {
+      return false;
+    }
+    this.lastAt = t;
+    this.inFlight = true;
+    return true;
+  }
+
+  release(): void {
+    this.inFlight = false;
+  }
+
+  get busy(): boolean {
+    return this.inFlight;
+  }
+}
+
+/** Delay before result poll number `attempt` (0-based): 1 s ten times, then doubling to 15 s. */
+export function resultPollDelay(attempt: number): number {
+  if (attempt < FAST_POLLS) {
+    return 1000;
+  }
+  return Math.min(MAX_POLL_DELAY_MS, 1000 * 2 ** (attempt - FAST_POLLS + 1));
+}
+
+/** Remembers when the next purchase request may leave this page. */
+export class LocalLimiter {
+  private nextAt = Number.NEGATIVE_INFINITY;
+
+  constructor(
+    private readonly now: () => number = () => Date.now(),
+    private readonly windowMs = LOCAL_LIMIT_MS,
+  ) {}
+
+  /** Milliseconds to wait before the next request, 0 when it may go now. */
+  waitMs(): number {
+    return Math.max(0, this.nextAt - this.now());
+  }
+
+  /** Records a request that left now, or a server-imposed wait (Retry-After) that is longer. */
+  note(extraWaitMs = 0): void {
+    this.nextAt = Math.max(this.nextAt, this.now() + Math.max(this.windowMs, extraWaitMs));
+  }
+
+  /** Forgets the wait (the shopper may retry at once, e.g. after a wrong captcha answer). */
+  reset(): void {
+    this.nextAt = Number.NEGATIVE_INFINITY;
+  }
+}

@@ -1,0 +1,242 @@
+import { and, count as countRows, eq, lte } from 'drizzle-orm';
+import type { Db } from '../../db/client';
+import { countLiveOrders, findGoods, type GoodsRow, listCurrentGoods, toGoodsInit } from '../../db/goods';
+import { ORDER_STATUS, reconciliationReport, seckillOrder } from '../../db/schema';
+import { log } from '../log';
+import { count } from '../metrics/registry';
+import { countOpenDeadLetters } from '../queue/dead-letters';
+import { goodsStock } from '../routing';
+import type { StockSnapshot } from '../schemas';
+import { closeOverdueOrders, OVERDUE_GRACE_MS } from './overdue';
+import { PREWARM_AHEAD_MS } from './prewarm';
+
+// Scheduled reconciliation (定时对账): the goods' object, Postgres and the Redis mirror are
+// compared for every goods on sale or recently ended. What can be repaired safely is: the
+// mirror (rewritten from the object), a stuck outbox (sent again), overdue unpaid orders
+// (closed, units returned). Stock itself is never "fixed" here: when the object and
+// Postgres disagree once the queue is drained, the run reports it and an operator decides,
+// because the object is the authority and an automatic correction could sell a unit twice.
+
+/** Goods that ended longer ago than this are left alone. */
+export const RECONCILE_ENDED_WITHIN_MS = 3600_000;
+/** Outbox rows older than this mean the queue send keeps failing (a healthy flush takes ms). */
+export const STUCK_OUTBOX_MS = 30_000;
+/** A mirror behind the object for longer than this had a write fail (healthy writes take ms). */
+export const STALE_MIRROR_MS = 10_000;
+
+export type Discrepancy = { kind: string } & Record<string, string | number | boolean | null>;
+export type Action = { action: string } & Record<string, string | number | boolean | null>;
+
+export type GoodsReconciliation = {
+  goodsId: number;
+  totalStock: number;
+  doRemaining: number | null;
+  dbStock: number;
+  mirrorStock: number | null;
+  liveOrders: number;
+  /** True when nothing was found wrong. */
+  consistent: boolean;
+  discrepancies: Discrepancy[];
+  actions: Action[];
+  /** Checks that could not be made this time, and why. */
+  skipped: string[];
+};
+
+export type ReconcileTrigger = 'cron' | 'admin';
+
+export type ReconcileReport = {
+  runAt: string;
+  trigger: ReconcileTrigger;
+  goods: GoodsReconciliation[];
+  discrepancies: number;
+  actions: number;
+};
+
+/** Goods on sale, about to start (pre-warmed), or ended within the last hour. */
+export async function goodsInScope(db: Db, now: number): Promise<GoodsRow[]> {
+  const rows = await listCurrentGoods(db, now, RECONCILE_ENDED_WITHIN_MS);
+  return rows.filter((r) => r.startAt.getTime() - now <= PREWARM_AHEAD_MS);
+}
+
+type DbState = { stock: number; live: number };
+
+async function dbState(db: Db, goodsId: number): Promise<DbState | undefined> {
+  const row = await findGoods(db, goodsId);
+  return row ? { stock: row.stock, live: await countLiveOrders(db, goodsId) } : undefined;
+}
+
+async function countOverdue(db: Db, goodsId: number, now: number): Promise<number> {
+  const [row] = await db
+    .select({ n: countRows() })
+    .from(seckillOrder)
+    .where(
+      and(
+        eq(seckillOrder.goodsId, goodsId),
+        eq(seckillOrder.status, ORDER_STATUS.PENDING_PAYMENT),
+        lte(seckillOrder.payDeadline, new Date(now - OVERDUE_GRACE_MS)),
+      ),
+    );
+  return row?.n ?? 0;
+}
+
+/** One goods: find, repair what is safe, report the rest. */
+async function reconcileGoods(env: Env, db: Db, row: GoodsRow, now: number): Promise<GoodsReconciliation> {
+  const stub = goodsStock(env, row.id, (row.locationHint ?? undefined) as DurableObjectLocationHint | undefined);
+  const found: Discrepancy[] = [];
+  const actions: Action[] = [];
+  const skipped: string[] = [];
+
+  let snapshot: StockSnapshot | undefined = await stub.snapshot();
+  if (!snapshot && row.endAt.getTime() > now) {
+    // Pre-warm should have made it; a goods about to sell must not wait for its first shopper.
+    found.push({ kind: 'object_missing' });
+    snapshot = await stub.init(toGoodsInit(row));
+    actions.push({ action: 'object_initialised' });
+  }
+
+  if (snapshot && snapshot.outboxPending > 0 && snapshot.oldestOutboxAt !== null && now - snapshot.oldestOutboxAt > STUCK_OUTBOX_MS) {
+    found.push({ kind: 'outbox_stuck', rows: snapshot.outboxPending, oldestAgeMs: now - snapshot.oldestOutboxAt });
+    const r = await stub.redriveOutbox();
+    actions.push({ action: 'outbox_redriven', rows: r.before, stillPending: r.pending });
+  }
+
+  const overdue = await countOverdue(db, row.id, now);
+  if (overdue > 0) {
+    found.push({ kind: 'orders_overdue', orders: overdue });
+    const closed = await closeOverdueOrders(env, db, now, { goodsId: row.id });
+    actions.push({ action: 'overdue_closed', orders: closed });
+  }
+
+  let mirrorStock: number | null = null;
+  if (snapshot) {
+    const check = await stub.mirrorCheck(true);
+    if (check.ok) {
+      mirrorStock = check.view.stock;
+      // Behind because writes failed (Redis was down) or were lost with a restarted object; a
+      // live sale's changes still on their way are not a discrepancy.
+      const behindFor = check.staleSince === null ? 0 : now - check.staleSince;
+      if (check.flushed === 'rewrite' || (check.flushed === 'delta' && behindFor > STALE_MIRROR_MS)) {
+        found.push({ kind: 'mirror_stale', behindMs: behindFor });
+        actions.push({ action: 'mirror_rewritten', reason: 'stale' });
+      }
+      found.push(...check.discrepancies);
+      if (check.repaired) {
+        actions.push({ action: 'mirror_rewritten', reason: 'differed' });
+      }
+    } else if (check.reason === 'UNREACHABLE') {
+      found.push({ kind: 'mirror_unreachable', staleSinceMs: check.staleSince === null ? null : now - check.staleSince });
+    } else if (check.reason === 'BUSY') {
+      skipped.push('mirror: the sale kept changing while Redis was read');
+    }
+  }
+
+  // Stock is compared only at rest: Postgres read on both sides of the object's snapshot,
+  // unchanged, with nothing queued in between. Otherwise orders in flight make any
+  // difference meaningless.
+  const before = await dbState(db, row.id);
+  const after = snapshot ? await stub.snapshot() : undefined;
+  const db2 = await dbState(db, row.id);
+  const state = db2 ?? before ?? { stock: row.stock, live: 0 };
+  const atRest =
+    after !== undefined && after.queued === 0 && after.outboxPending === 0 && before?.stock === db2?.stock && before?.live === db2?.live;
+  if (after && atRest) {
+    if (after.remaining + state.live !== row.totalStock) {
+      found.push({ kind: 'stock_invariant', doRemaining: after.remaining, liveOrders: state.live, totalStock: row.totalStock });
+    }
+    if (state.stock !== after.remaining) {
+      found.push({ kind: 'db_stock', dbStock: state.stock, doRemaining: after.remaining });
+    }
+  } else if (after) {
+    skipped.push('stock: orders are still in flight');
+  }
+
+  const deadLetters = await countOpenDeadLetters(db, row.id);
+  if (deadLetters > 0) {
+    found.push({ kind: 'dead_letters', messages: deadLetters });
+  }
+
+  return {
+    goodsId: row.id,
+    totalStock: row.totalStock,
+    doRemaining: (after ?? snapshot)?.remaining ?? null,
+    dbStock: state.stock,
+    mirrorStock,
+    liveOrders: state.live,
+    consistent: found.length === 0,
+    discrepancies: found,
+    actions,
+    skipped,
+  };
+}
+
+/**
+ * Runs reconciliation for every goods in scope (or one), writes a reconciliation_report row
+ * per goods, counts what it found and did, and returns the report. One goods failing does
+ * not stop the others: its failure is reported as a discrepancy.
+ */
+export async function reconcile(
+  env: Env,
+  db: Db,
+  now: number,
+  options: { trigger: ReconcileTrigger; goodsId?: number },
+): Promise<ReconcileReport> {
+  let rows = await goodsInScope(db, now);
+  if (options.goodsId !== undefined) {
+    const one = rows.find((r) => r.id === options.goodsId) ?? (await findGoods(db, options.goodsId));
+    rows = one ? [one] : [];
+  }
+  const goods: GoodsReconciliation[] = [];
+  for (const row of rows) {
+    let result: GoodsReconciliation;
+    try {
+      result = await reconcileGoods(env, db, row, now);
+    } catch (error) {
+      log.error('reconcile.goods_failed', { goodsId: row.id, error });
+      result = {
+        goodsId: row.id,
+        totalStock: row.totalStock,
+        doRemaining: null,
+        dbStock: row.stock,
+        mirrorStock: null,
+        liveOrders: 0,
+        consistent: false,
+        discrepancies: [{ kind: 'reconcile_failed', message: error instanceof Error ? error.message.slice(0, 200) : String(error) }],
+        actions: [],
+        skipped: [],
+      };
+    }
+    goods.push(result);
+    await db.insert(reconciliationReport).values({
+      goodsId: result.goodsId,
+      runAt: new Date(now),
+      doRemaining: result.doRemaining,
+      dbStock: result.dbStock,
+      mirrorStock: result.mirrorStock,
+      liveOrders: result.liveOrders,
+      consistent: result.consistent,
+      discrepancies: result.discrepancies,
+      actions: result.actions,
+    });
+    for (const d of result.discrepancies) {
+      count('seckill_reconcile_discrepancies_total', { goods_id: String(result.goodsId), kind: d.kind });
+    }
+    for (const a of result.actions) {
+      count('seckill_reconcile_actions_total', { goods_id: String(result.goodsId), action: a.action });
+    }
+  }
+  count('seckill_reconcile_runs_total', { trigger: options.trigger });
+  const report: ReconcileReport = {
+    runAt: new Date(now).toISOString(),
+    trigger: options.trigger,
+    goods,
+    discrepancies: goods.reduce((n, g) => n + g.discrepancies.length, 0),
+    actions: goods.reduce((n, g) => n + g.actions.length, 0),
+  };
+  if (report.discrepancies > 0) {
+    log.warn('reconcile.discrepancies', {
+      trigger: options.trigger,
+      goods: goods.filter((g) => !g.consistent).map((g) => ({ goodsId: g.goodsId, kinds: g.discrepancies.map((d) => d.kind) })),
+    });
+  }
+  return report;
+}

@@ -1,0 +1,30 @@
+import { createMiddleware } from 'hono/factory';
+import type { AppEnv } from '../http/context';
+import { admitClient, checkLocalBans, clientIp, clientKeys, ipKey, type SaleAction, shield } from './client-guard';
+import { currentLimits } from './limits';
+
+/**
+ * In front of every shopper route: a malformed client address is refused, a banned address is
+ * refused from this isolate's memory, and the Rate Limiting shield counts the address.
+ */
+export const edgeShield = createMiddleware<AppEnv>(async function edgeShield(c, next) {
+  const ip = clientIp(c.req.header('cf-connecting-ip'));
+  if (ip) {
+    checkLocalBans([ipKey(ip)]);
+  }
+  await shield(c.env, ip, await currentLimits(c.env));
+  await next();
+});
+
+/**
+ * The exact per-IP and per-shopper limits and the ban counter, for one sale route. Runs after
+ * authentication (the shopper is a key) and before anything else, so every attempt counts.
+ */
+export function saleGuard(action: SaleAction) {
+  return createMiddleware<AppEnv>(async function saleGuard(c, next) {
+    const limits = await currentLimits(c.env);
+    const ip = clientIp(c.req.header('cf-connecting-ip'));
+    await admitClient(c.env, clientKeys(ip, c.var.userId, action, limits), limits);
+    await next();
+  });
+}

@@ -1,0 +1,51 @@
+import { Hono } from 'hono';
+import { z } from 'zod';
+import { forgetLocalBan, ipKey } from '../defences/client-guard';
+import { allGuardShards, guardShard, limitsStore } from '../defences/guard-routing';
+import { requireJson } from '../defences/input';
+import { LimitsPatch, rememberLimits } from '../defences/limits';
+import { UserId } from '../schemas';
+import { adminAuth } from './auth';
+import type { AppEnv } from './context';
+import { valid } from './validate';
+
+const UnbanBody = z.union([z.object({ ip: z.union([z.ipv4(), z.ipv6()]) }).strict(), z.object({ userId: UserId }).strict()]);
+
+/**
+ * The traffic switch: GET/PUT /admin/limits read and change every edge limit at runtime (a change
+ * reaches every isolate within a few seconds); /admin/limits/bans lists bans and lifts one.
+ */
+export const adminLimits = new Hono<AppEnv>()
+  .use(adminAuth)
+
+  .get('/', async (c) => {
+    const { limits, updatedAt } = await limitsStore(c.env).getLimits();
+    return c.json({ ...limits, updatedAt });
+  })
+
+  .put('/', requireJson, valid('json', LimitsPatch), async (c) => {
+    const { limits, updatedAt } = await limitsStore(c.env).setLimits(c.req.valid('json'));
+    rememberLimits(limits);
+    return c.json({ ...limits, updatedAt });
+  })
+
+  .get('/bans', async (c) => {
+    const perShard = await Promise.all(allGuardShards(c.env).map((s) => s.listBans()));
+    return c.json({ bans: perShard.flat().sort((a, b) => a.until.localeCompare(b.until)) });
+  })
+
+  .post('/bans/lift', requireJson, valid('json', UnbanBody), async (c) => {
+    const body = c.req.valid('json');
+    let ids: string[];
+    if ('ip' in body) {
+      ids = [ipKey(body.ip.toLowerCase())];
+    } else {
+      // Without an address the shopper was also counted under its stand-in key.
+      ids = [`user:${body.userId}`, `anon:${body.userId}`];
+    }
+    const lifted = await Promise.all(ids.map((id) => guardShard(c.env, id).unban(id)));
+    for (const id of ids) {
+      forgetLocalBan(id);
+    }
+    return c.json({ ids, lifted: lifted.some(Boolean) });
+  });

@@ -1,0 +1,43 @@
+import { Hono } from 'hono';
+import { withDb } from '../../db/client';
+import { reconcile } from '../cron/reconcile';
+import { AppError } from '../errors';
+import { dbOptions } from '../goods';
+import { log } from '../log';
+import { flushBeforeRead, metricsHub } from '../metrics/flush';
+import { collectGauges, gaugesUp } from '../metrics/gauges';
+import { PROMETHEUS_CONTENT_TYPE, renderPrometheus } from '../metrics/prometheus';
+import { ReconcileQuery } from '../schemas';
+import type { AppEnv } from './context';
+import { valid } from './validate';
+
+/** Operations: run reconciliation now, and the Prometheus scrape. Mounted under the admin app (admin token). */
+export const adminOps = new Hono<AppEnv>()
+  .post('/reconcile', valid('query', ReconcileQuery), async (c) => {
+    const { goodsId } = c.req.valid('query');
+    const report = await withDb({ ...dbOptions(c.var.config), max: 2 }, (db) =>
+      reconcile(c.env, db, Date.now(), { trigger: 'admin', ...(goodsId !== undefined ? { goodsId } : {}) }),
+    );
+    if (goodsId !== undefined && report.goods.length === 0) {
+      throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
+    }
+    // The counts this run made are part of the next scrape at once.
+    await flushBeforeRead(c.env);
+    return c.json(report);
+  })
+
+  .get('/metrics', async (c) => {
+    await flushBeforeRead(c.env);
+    const now = Date.now();
+    const [totals, gauges] = await Promise.all([
+      metricsHub(c.env).totals(),
+      withDb({ ...dbOptions(c.var.config), max: 1 }, (db) => collectGauges(c.env, c.var.config, db, now))
+        .then((families) => [...families, gaugesUp(true)])
+        .catch((error: unknown) => {
+          // Counters still answer when Postgres does not; the gauge says the rest is missing.
+          log.warn('metrics.gauges_failed', { requestId: c.var.requestId, error });
+          return [gaugesUp(false)];
+        }),
+    ]);
+    return c.body(renderPrometheus(totals, gauges), 200, { 'content-type': PROMETHEUS_CONTENT_TYPE, 'cache-control': 'no-store' });
+  });

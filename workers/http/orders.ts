@@ -1,0 +1,121 @@
+import { Hono } from 'hono';
+import { closePendingOrder, findOrder, type OrderRow } from '../../db/lifecycle';
+import { createPayment, markPaymentFailed } from '../../db/payments';
+import { ORDER_STATUS, type OrderStatusName } from '../../db/schema';
+import { randomId } from '../crypto';
+import { AppError } from '../errors';
+import { db } from '../goods';
+import { log } from '../log';
+import { activeProvider } from '../payments';
+import type { StartedPayment } from '../payments/provider';
+import { releaseOrRepair } from '../queue/timeouts';
+import { OrderParam, PayBody } from '../schemas';
+import { shopperAuth } from './auth';
+import type { AppEnv } from './context';
+import { valid } from './validate';
+
+const STATUS_NAME = new Map<number, OrderStatusName>(Object.entries(ORDER_STATUS).map(([name, code]) => [code, name as OrderStatusName]));
+
+/** The contract's name of an order status code. */
+export function orderStatusName(code: number): OrderStatusName {
+  const name = STATUS_NAME.get(code);
+  if (!name) {
+    throw new Error(`order status ${code} is unknown`);
+  }
+  return name;
+}
+
+/** The contract's order shape. */
+export function orderView(o: OrderRow) {
+  return {
+    orderId: o.id,
+    orderNo: o.orderNo,
+    goodsId: o.goodsId,
+    userId: o.userId,
+    status: orderStatusName(o.status),
+    priceCents: o.priceCents,
+    payDeadline: o.payDeadline.toISOString(),
+    createdAt: o.createdAt.toISOString(),
+    ...(o.paidAt ? { paidAt: o.paidAt.toISOString() } : {}),
+    ...(o.closedAt ? { closedAt: o.closedAt.toISOString() } : {}),
+  };
+}
+
+function notFound(): AppError {
+  // Someone else's order answers like a missing one, so order ids cannot be probed.
+  return new AppError('NOT_FOUND', 'no such order');
+}
+
+/** A shopper's orders: look, pay, cancel. Every route is the owner's only. */
+export const orders = new Hono<AppEnv>()
+  .use(shopperAuth)
+
+  .get('/:orderId', valid('param', OrderParam), async (c) => {
+    const order = await db(c.var.config, (d) => findOrder(d, c.req.valid('param').orderId));
+    if (!order || order.userId !== c.var.userId) {
+      throw notFound();
+    }
+    return c.json(orderView(order));
+  })
+
+  .post('/:orderId/pay', valid('param', OrderParam), valid('json', PayBody), async (c) => {
+    const { orderId } = c.req.valid('param');
+    const { config, userId } = c.var;
+    const provider = activeProvider({ config, waitUntil: (p) => c.executionCtx.waitUntil(p) });
+    if (!provider) {
+      throw new AppError('UNAVAILABLE', 'no payment provider is configured');
+    }
+    const paymentId = `pay_${randomId()}`;
+    const created = await db(config, (d) => createPayment(d, { orderId, userId, paymentId, provider: provider.name }));
+    if (created.kind === 'missing') {
+      throw notFound();
+    }
+    if (created.kind === 'not-payable') {
+      const why = {
+        status: `the order is ${orderStatusName(created.order.status)}; only an unpaid order can be paid`,
+        deadline: 'the payment window of this order has closed',
+        attempts: 'too many payment attempts for this order',
+      }[created.why];
+      throw new AppError('CONFLICT', why);
+    }
+    const intent = { paymentId, orderId, userId, amountCents: created.payment.amountCents };
+    let started: StartedPayment;
+    try {
+      started = await provider.start(intent, c.req.valid('json'));
+    } catch (error) {
+      started = { ok: false, error: error instanceof Error ? error.message : String(error) };
+    }
+    if (!started.ok) {
+      log.warn('payment.start_failed', { orderId, paymentId, provider: provider.name, error: started.error });
+      await db(config, (d) => markPaymentFailed(d, paymentId));
+      throw new AppError('UNAVAILABLE', 'the payment provider is unavailable, please retry');
+    }
+    return c.json({
+      paymentId,
+      status: started.status,
+      provider: provider.name,
+      amountCents: intent.amountCents,
+      ...(started.nextAction ? { nextAction: started.nextAction } : {}),
+    });
+  })
+
+  .post('/:orderId/cancel', valid('param', OrderParam), async (c) => {
+    const { orderId } = c.req.valid('param');
+    const { config, userId } = c.var;
+    const result = await db(config, async (d) => {
+      const order = await findOrder(d, orderId);
+      if (!order || order.userId !== userId) {
+        return undefined;
+      }
+      return closePendingOrder(d, orderId, ORDER_STATUS.CANCELLED);
+    });
+    if (!result || result.kind === 'missing') {
+      throw notFound();
+    }
+    if (result.kind !== 'closed') {
+      throw new AppError('CONFLICT', `the order is ${orderStatusName(result.order.status)}; only an unpaid order can be cancelled`);
+    }
+    // Postgres has the unit back already; the goods' object gets it now, or from the queue later.
+    await releaseOrRepair(c.env, result.order);
+    return c.json(orderView(result.order));
+  });

@@ -1,0 +1,87 @@
+import { type CounterLabels, type CounterName, HISTOGRAMS, type HistogramLabels, type HistogramName } from './catalog';
+
+// Per-isolate accumulation of counters and histograms. Nothing here is durable: deltas are
+// taken and shipped to the Metrics object (flush.ts), which holds the totals of all isolates.
+
+export type Labels = Record<string, string>;
+export type CounterDelta = { name: string; labels: Labels; value: number };
+/** `counts[i]` = observations in bucket i (not cumulative); the last slot is +Inf. */
+export type HistogramDelta = { name: string; labels: Labels; counts: number[]; sum: number; count: number };
+export type MetricsDelta = { counters: CounterDelta[]; histograms: HistogramDelta[] };
+
+const counters = new Map<string, CounterDelta>();
+const histograms = new Map<string, HistogramDelta>();
+
+/** A stable key for a series: name plus labels in key order. */
+export function seriesKey(name: string, labels: Labels): string {
+  return `${name}${JSON.stringify(Object.entries(labels).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))}`;
+}
+
+function addCounter(name: string, labels: Labels, value: number): void {
+  const key = seriesKey(name, labels);
+  const c = counters.get(key);
+  if (c) {
+    c.value += value;
+  } else {
+    counters.set(key, { name, labels: { ...labels }, value });
+  }
+}
+
+function addHistogram(d: HistogramDelta): void {
+  const key = seriesKey(d.name, d.labels);
+  const h = histograms.get(key);
+  if (h && h.counts.length === d.counts.length) {
+    d.counts.forEach((n, i) => {
+      h.counts[i] = (h.counts[i] ?? 0) + n;
+    });
+    h.sum += d.sum;
+    h.count += d.count;
+  } else {
+    histograms.set(key, { ...d, labels: { ...d.labels }, counts: [...d.counts] });
+  }
+}
+
+/** Adds `by` to a counter. */
+export function count<N extends CounterName>(name: N, labels: CounterLabels<N>, by = 1): void {
+  if (by > 0 && Number.isFinite(by)) {
+    addCounter(name, labels, by);
+  }
+}
+
+/** Records one observation in a histogram. */
+export function observe<N extends HistogramName>(name: N, labels: HistogramLabels<N>, value: number): void {
+  if (!Number.isFinite(value)) {
+    return;
+  }
+  const bounds: readonly number[] = HISTOGRAMS[name].buckets;
+  const counts = new Array<number>(bounds.length + 1).fill(0);
+  const i = bounds.findIndex((le) => value <= le);
+  counts[i === -1 ? bounds.length : i] = 1;
+  addHistogram({ name, labels, counts, sum: value, count: 1 });
+}
+
+/** True when this isolate has counts not yet shipped. */
+export function hasPending(): boolean {
+  return counters.size > 0 || histograms.size > 0;
+}
+
+/** Removes and returns what accumulated since the last call. */
+export function takeDelta(): MetricsDelta | undefined {
+  if (!hasPending()) {
+    return undefined;
+  }
+  const delta = { counters: [...counters.values()], histograms: [...histograms.values()] };
+  counters.clear();
+  histograms.clear();
+  return delta;
+}
+
+/** Puts back a delta that could not be shipped, so no count is lost. */
+export function restoreDelta(delta: MetricsDelta): void {
+  for (const c of delta.counters) {
+    addCounter(c.name, c.labels, c.value);
+  }
+  for (const h of delta.histograms) {
+    addHistogram(h);
+  }
+}

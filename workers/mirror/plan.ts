@@ -1,0 +1,180 @@
+import {
+  endKey,
+  FINAL_TTL_SECONDS,
+  goodsKey,
+  QUEUED_TTL_SECONDS,
+  type ResultValue,
+  resultKey,
+  startKey,
+  stockKey,
+  usersKey,
+  usersRebuildKey,
+} from './keys';
+
+// What to write to Redis for a change of the goods' object: pure functions from the object's
+// state to a list of commands, so the layout is tested without a network and the object
+// only collects changes and sends them.
+
+/** One Redis command of a mirror write. */
+export type MirrorOp =
+  | { op: 'set'; key: string; value: string }
+  | { op: 'hset'; key: string; fields: Record<string, string> }
+  | { op: 'hsetnx'; key: string; field: string; value: string }
+  | { op: 'expire'; key: string; seconds: number; onlyIfNone?: boolean }
+  | { op: 'sadd'; key: string; members: string[] }
+  | { op: 'srem'; key: string; members: string[] }
+  | { op: 'del'; key: string }
+  | { op: 'rename'; from: string; to: string };
+
+/** The goods' settings as the object holds them. */
+export type MirrorGoods = {
+  goodsId: number;
+  activityId: number;
+  title: string;
+  priceCents: number;
+  totalStock: number;
+  startAt: number;
+  endAt: number;
+  paused: boolean;
+  payTimeoutSeconds: number;
+};
+
+export type MirrorResult = { requestId: string; userId: string; value: ResultValue };
+
+/** Everything the mirror holds for one goods, read from the object in one synchronous step. */
+export type MirrorFullState = {
+  goods: MirrorGoods;
+  remaining: number;
+  holders: string[];
+  results: MirrorResult[];
+};
+
+/**
+ * Changes collected since the last write. Later changes replace earlier ones: the stock is
+ * absolute, a user's last add/remove wins, a request's last answer wins. So replaying a
+ * delta, or writing one twice, leaves the same mirror.
+ */
+export type MirrorDelta = {
+  goods: MirrorGoods | undefined;
+  stock: number | undefined;
+  /** user id -> member of the holders set (true) or not (false). */
+  users: Map<string, boolean>;
+  results: Map<string, MirrorResult>;
+};
+
+/** SADD/SREM arguments per command, so no single command carries a huge argument list. */
+const MEMBERS_PER_COMMAND = 500;
+
+/** A delta with no changes. */
+export function emptyDelta(): MirrorDelta {
+  return { goods: undefined, stock: undefined, users: new Map(), results: new Map() };
+}
+
+/** True when there is nothing to write. */
+export function isEmptyDelta(d: MirrorDelta): boolean {
+  return d.goods === undefined && d.stock === undefined && d.users.size === 0 && d.results.size === 0;
+}
+
+/** The goods hash and the seed's separate start/end keys. */
+export function goodsOps(g: MirrorGoods): MirrorOp[] {
+  return [
+    {
+      op: 'hset',
+      key: goodsKey(g.goodsId),
+      fields: {
+        goodsId: String(g.goodsId),
+        activityId: String(g.activityId),
+        title: g.title,
+        priceCents: String(g.priceCents),
+        totalStock: String(g.totalStock),
+        startAt: String(g.startAt),
+        endAt: String(g.endAt),
+        paused: g.paused ? '1' : '0',
+        payTimeoutSeconds: String(g.payTimeoutSeconds),
+      },
+    },
+    { op: 'set', key: startKey(g.goodsId), value: String(g.startAt) },
+    { op: 'set', key: endKey(g.goodsId), value: String(g.endAt) },
+  ];
+}
+
+/**
+ * A request's answer. QUEUED never overwrites a final answer (a late write of an earlier
+ * state must not undo a later one) and keeps a short TTL; a final answer overwrites and
+ * keeps a long one.
+ */
+export function resultOps(r: MirrorResult): MirrorOp[] {
+  const key = resultKey(r.requestId);
+  if (r.value === 'QUEUED') {
+    return [
+      { op: 'hsetnx', key, field: 'result', value: 'QUEUED' },
+      { op: 'hset', key, fields: { userId: r.userId } },
+      { op: 'expire', key, seconds: QUEUED_TTL_SECONDS, onlyIfNone: true },
+    ];
+  }
+  return [
+    { op: 'hset', key, fields: { result: r.value, userId: r.userId } },
+    { op: 'expire', key, seconds: FINAL_TTL_SECONDS },
+  ];
+}
+
+function chunks<T>(items: T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += size) {
+    out.push(items.slice(i, i + size));
+  }
+  return out;
+}
+
+/** The commands for a collected delta. */
+export function deltaOps(goodsId: number, d: MirrorDelta): MirrorOp[] {
+  const ops: MirrorOp[] = [];
+  if (d.goods) {
+    ops.push(...goodsOps(d.goods));
+  }
+  if (d.stock !== undefined) {
+    ops.push({ op: 'set', key: stockKey(goodsId), value: String(d.stock) });
+  }
+  const added: string[] = [];
+  const removed: string[] = [];
+  for (const [userId, member] of d.users) {
+    (member ? added : removed).push(userId);
+  }
+  for (const members of chunks(added, MEMBERS_PER_COMMAND)) {
+    ops.push({ op: 'sadd', key: usersKey(goodsId), members });
+  }
+  for (const members of chunks(removed, MEMBERS_PER_COMMAND)) {
+    ops.push({ op: 'srem', key: usersKey(goodsId), members });
+  }
+  for (const r of d.results.values()) {
+    ops.push(...resultOps(r));
+  }
+  return ops;
+}
+
+/**
+ * Rewrites everything from the object's state. The holders set is built under a scratch key
+ * and renamed over the live one, so a reader sees the old set or the new one, never half.
+ */
+export function fullOps(state: MirrorFullState): MirrorOp[] {
+  const id = state.goods.goodsId;
+  const ops: MirrorOp[] = [...goodsOps(state.goods), { op: 'set', key: stockKey(id), value: String(state.remaining) }];
+  if (state.holders.length === 0) {
+    ops.push({ op: 'del', key: usersKey(id) });
+  } else {
+    ops.push({ op: 'del', key: usersRebuildKey(id) });
+    for (const members of chunks(state.holders, MEMBERS_PER_COMMAND)) {
+      ops.push({ op: 'sadd', key: usersRebuildKey(id), members });
+    }
+    ops.push({ op: 'rename', from: usersRebuildKey(id), to: usersKey(id) });
+  }
+  for (const r of state.results) {
+    ops.push(...resultOps(r));
+  }
+  return ops;
+}
+
+/** Splits commands into pipelines sent one after another (order is kept across them). */
+export function pipelines(ops: MirrorOp[], size = 200): MirrorOp[][] {
+  return chunks(ops, size);
+}
