@@ -2,7 +2,7 @@
 // (scripts/dev.mjs: wrangler dev, Postgres, queues, Durable Objects), as shoppers and an
 // operator use them. Screenshots go to test-results/screenshots/.
 import { existsSync } from 'node:fs';
-import type { Browser, BrowserContext, BrowserContextOptions, Page } from 'playwright-core';
+import type { Browser, BrowserContext, BrowserContextOptions, Page, Request } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, onTestFailed } from 'vitest';
 import { buyViaApi, createGoods, eventually, goods, limits, stats } from './browser-api';
 import { CHROMIUM, launchChromium, newShopper, type Stack, screenshot, startStack } from './browser-stack';
@@ -42,14 +42,12 @@ async function answerCaptcha(page: Page): Promise<void> {
 
 /** Uncaught errors and failed requests of every page, checked after each test. */
 const problems: string[] = [];
-/** Requests each page has in flight, so a test ends only once its pages are quiet. */
-const inFlight = new Map<Page, number>();
+/** Requests the pages have in flight, so a test ends once its pages are quiet. */
+const inFlight = new Set<Request>();
 function watch(page: Page): Page {
-  inFlight.set(page, 0);
-  const settle = () => inFlight.set(page, Math.max(0, (inFlight.get(page) ?? 1) - 1));
-  page.on('request', () => inFlight.set(page, (inFlight.get(page) ?? 0) + 1));
-  page.on('requestfinished', settle);
-  page.on('requestfailed', settle);
+  page.on('request', (request) => inFlight.add(request));
+  page.on('requestfinished', (request) => inFlight.delete(request));
+  page.on('requestfailed', (request) => inFlight.delete(request));
   page.on('pageerror', (error) => problems.push(`pageerror: ${error.message}`));
   page.on('console', (message) => {
     // A refused request (410, 429...) is logged by Chromium too; those are expected here.
@@ -89,9 +87,19 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
 
   const contexts: BrowserContext[] = [];
   afterEach(async () => {
-    // Pages left open would keep polling into the next test; closing one mid-request would
-    // cut a request off, so wait until the pages have nothing in flight.
-    await expect.poll(() => [...inFlight.values()].every((n) => n === 0), { timeout: 10_000, interval: 20 }).toBe(true);
+    // Pages left open would keep polling into the next test, so close them, preferably
+    // between requests. Chromium does not always report the end of a request (one answered
+    // from its cache as the page navigates away), so a request still listed after a few
+    // seconds is named and the pages are closed anyway: the server takes a shopper who
+    // hangs up mid-request in its stride, and the tests' own assertions catch a hung one.
+    const quiet = await expect
+      .poll(() => inFlight.size, { timeout: 5_000, interval: 20 })
+      .toBe(0)
+      .then(() => true)
+      .catch(() => false);
+    if (!quiet) {
+      console.warn(`closing pages with requests listed as in flight: ${[...inFlight].map((r) => `${r.method()} ${r.url()}`).join(', ')}`);
+    }
     await Promise.all(contexts.splice(0).map((c) => c.close()));
     inFlight.clear();
     expect(problems).toEqual([]);
