@@ -1,12 +1,18 @@
 // HMAC-SHA256 helpers over WebCrypto. Imported keys are cached per secret: importKey costs
-// more than the signature itself on the purchase path.
+// more than the signature itself on the purchase path. The cache holds keys, never the
+// promise of one: a request must not await a promise another request created (workerd
+// cancels it if that request ends first), so a request that finds no key imports its own.
 const encoder = new TextEncoder();
-const keys = new Map<string, Promise<CryptoKey>>();
+const keys = new Map<string, CryptoKey>();
 
-function hmacKey(secret: string): Promise<CryptoKey> {
+/** The HMAC-SHA256 key of `secret`, for signing and verifying. */
+export async function hmacKey(secret: string): Promise<CryptoKey> {
   let key = keys.get(secret);
   if (!key) {
-    key = crypto.subtle.importKey('raw', encoder.encode(secret), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
+    key = await crypto.subtle.importKey('raw', encoder.encode(secret), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign', 'verify']);
+    if (keys.size >= 16) {
+      keys.clear();
+    }
     keys.set(secret, key);
   }
   return key;

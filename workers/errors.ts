@@ -44,13 +44,25 @@ const DEFAULT_MESSAGE: Partial<Record<ErrorCode, string>> = {
 };
 
 /** The one error type routes throw; `app.onError` turns it into the contract's shape. */
+declare global {
+  interface ErrorConstructor {
+    /** V8's frame count for stacks captured by new errors (workerd runs V8). */
+    stackTraceLimit: number;
+  }
+}
+
 export class AppError extends Error {
   readonly code: ErrorCode;
   readonly status: ContentfulStatusCode;
   readonly headers: Record<string, string>;
 
   constructor(code: ErrorCode, message?: string, headers: Record<string, string> = {}) {
+    // An AppError is an answer, not a fault: no stack to capture (a sold-out flood makes one
+    // per request, and capturing the stack cost more than the rest of the answer).
+    const stackTraceLimit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
     super(message ?? DEFAULT_MESSAGE[code] ?? code.toLowerCase().replaceAll('_', ' '));
+    Error.stackTraceLimit = stackTraceLimit;
     this.name = 'AppError';
     this.code = code;
     this.status = ERROR_STATUS[code];

@@ -6,6 +6,7 @@ import type { HonoJsonWebKey } from 'hono/utils/jwt/jws';
 import type { JWTPayload } from 'hono/utils/jwt/types';
 import { z } from 'zod';
 import type { ShopperAuthConfig } from '../config';
+import { hmacKey } from '../crypto';
 import { AppError } from '../errors';
 import { log } from '../log';
 
@@ -76,7 +77,7 @@ export async function verifyShopperToken(token: string, auth: ShopperAuthConfig,
   const verification = { iss: auth.issuer, aud: auth.audience };
   const { alg, kid } = decode(token).header;
   if (alg === 'HS256' && auth.hs256Secret) {
-    return verify(token, auth.hs256Secret, { alg, ...verification });
+    return verify(token, await hmacKey(auth.hs256Secret), { alg, ...verification });
   }
   if ((alg === 'RS256' || alg === 'ES256') && auth.jwksUrl) {
     const keys = await keysFor(auth.jwksUrl, kid, now);
