@@ -57,16 +57,30 @@ export class EdgeGuard extends DurableObject<Env> {
    * requests of one client can never both slip under a limit.
    */
   async admit(keys: AdmitKey[], policy: BanPolicy): Promise<AdmitVerdict> {
+    const [verdict] = await this.admitMany([{ keys, policy }]);
+    return verdict as AdmitVerdict;
+  }
+
+  /**
+   * Admits a batch of requests (an isolate's group commit, see workers/group-commit.ts), in
+   * order, as if each had come alone: one call instead of one per request.
+   */
+  async admitMany(requests: { keys: AdmitKey[]; policy: BanPolicy }[]): Promise<AdmitVerdict[]> {
     const now = Date.now();
-    const { verdict, newBans } = this.book.admit(keys, policy, this.bans, now);
-    for (const ban of newBans) {
-      this.bans.set(ban.id, ban.until);
-      this.sql.exec('INSERT OR REPLACE INTO ban (id, until, created_at) VALUES (?, ?, ?)', ban.id, ban.until, now);
-    }
-    if (newBans.length > 0) {
+    let banned = false;
+    const verdicts = requests.map(({ keys, policy }) => {
+      const { verdict, newBans } = this.book.admit(keys, policy, this.bans, now);
+      for (const ban of newBans) {
+        this.bans.set(ban.id, ban.until);
+        this.sql.exec('INSERT OR REPLACE INTO ban (id, until, created_at) VALUES (?, ?, ?)', ban.id, ban.until, now);
+        banned = true;
+      }
+      return verdict;
+    });
+    if (banned) {
       await this.schedulePrune(now);
     }
-    return verdict;
+    return verdicts;
   }
 
   /** Bans still in force in this shard. */

@@ -30,7 +30,9 @@ export type Decision =
 
 /** Decides one reservation. Pure: the caller applies the result before deciding the next. */
 export function decide(view: ReservationView, item: ReserveItem, now: number): Decision {
-  const prior = view.prior(item.requestId);
+  // Only a keyed request can come again with its id: an unkeyed one's id is random, minted at
+  // the edge for this one attempt, so looking it up would only cost a read.
+  const prior = item.keyed ? view.prior(item.requestId) : undefined;
   if (prior) {
     return { kind: 'replay', orderId: prior.orderId, reason: prior.reason };
   }

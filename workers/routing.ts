@@ -10,10 +10,15 @@ export function goodsStock(env: Env, goodsId: number, locationHint?: DurableObje
 /** Guard objects hold single-use markers and exact limits, sharded by key. */
 export const GUARD_SHARDS = 16;
 
-export function edgeGuard(env: Env, key: string) {
+/** The name of the guard shard that owns `key`. */
+export function guardShardName(key: string): string {
   let h = 0;
   for (let i = 0; i < key.length; i++) {
     h = (h * 31 + key.charCodeAt(i)) | 0;
   }
-  return env.EDGE_GUARD.get(env.EDGE_GUARD.idFromName(`guard:${Math.abs(h) % GUARD_SHARDS}`));
+  return `guard:${Math.abs(h) % GUARD_SHARDS}`;
+}
+
+export function edgeGuard(env: Env, key: string) {
+  return env.EDGE_GUARD.get(env.EDGE_GUARD.idFromName(guardShardName(key)));
 }

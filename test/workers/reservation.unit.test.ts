@@ -26,9 +26,22 @@ describe('decide', () => {
     expect(decide(view(), item, NOW)).toEqual({ kind: 'accept' });
   });
 
-  it('replays a known request before any other check, even with the token used and no stock', () => {
+  it('replays a known keyed request before any other check, even with the token used and no stock', () => {
     const v = view({ remaining: 0 }, { prior: [item.requestId], used: [item.tokenId] });
-    expect(decide(v, item, NOW)).toEqual({ kind: 'replay', orderId: `1-${item.requestId}`, reason: null });
+    expect(decide(v, { ...item, keyed: true }, NOW)).toEqual({ kind: 'replay', orderId: `1-${item.requestId}`, reason: null });
+  });
+
+  it('does not look up an unkeyed request (its id is new by construction)', () => {
+    const looked: string[] = [];
+    const v: ReservationView = {
+      ...view(),
+      prior: (id) => {
+        looked.push(id);
+        return undefined;
+      },
+    };
+    expect(decide(v, item, NOW)).toEqual({ kind: 'accept' });
+    expect(looked).toEqual([]);
   });
 
   it('refuses a used or expired token without spending anything', () => {

@@ -1,8 +1,9 @@
 import { z } from 'zod';
 import { AppError } from '../errors';
+import { GroupCommit, type WaitUntil } from '../group-commit';
 import { log } from '../log';
-import { guardShard } from './guard-routing';
-import type { AdmitKey, AdmitVerdict } from './guard-rules';
+import { guardShardName } from '../routing';
+import type { AdmitKey, AdmitVerdict, BanPolicy } from './guard-rules';
 import type { Limits } from './limits';
 
 // Per-IP and per-user limits and bans, decided exactly by the EdgeGuard shard that owns each
@@ -132,31 +133,45 @@ export async function shield(env: Env, ip: string | undefined, limits: Limits): 
   }
 }
 
+/** A request's keys of one shard; the first of a batch is its sender's (its `env` makes the stub). */
+type AdmitCall = { env: Env; keys: AdmitKey[]; policy: BanPolicy };
+
+/** Concurrent admissions of this isolate go to their shard together (group commit). */
+const admissions = new GroupCommit<AdmitCall, AdmitVerdict>({
+  maxBatch: 256,
+  maxInFlight: 1,
+  waitLimitMs: 5_000,
+  send: (shard, calls) => {
+    const [first] = calls;
+    if (!first) {
+      return Promise.resolve([]);
+    }
+    return first.env.EDGE_GUARD.get(first.env.EDGE_GUARD.idFromName(shard)).admitMany(calls.map(({ keys, policy }) => ({ keys, policy })));
+  },
+});
+
 /**
  * Admits one sale request of a client or throws the contract's answer: 403 BANNED or 429
  * RATE_LIMITED (both with Retry-After). The keys' shards are asked in parallel, so the check
  * costs one object round trip. When a shard cannot answer, the request is refused with BUSY
  * rather than let through unchecked.
  */
-export async function admitClient(env: Env, keys: AdmitKey[], limits: Limits, now = Date.now()): Promise<void> {
+export async function admitClient(env: Env, keys: AdmitKey[], limits: Limits, waitUntil?: WaitUntil, now = Date.now()): Promise<void> {
   checkLocalBans(
     keys.map((k) => k.id),
     now,
   );
   const policy = { threshold: limits.banThreshold, windowMs: limits.banWindowSeconds * 1000, durationMs: limits.banSeconds * 1000 };
-  const groups: { stub: ReturnType<typeof guardShard>; keys: AdmitKey[] }[] = [];
+  const groups = new Map<string, AdmitKey[]>();
   for (const key of keys) {
-    const stub = guardShard(env, key.id);
-    const group = groups.find((g) => g.stub.id.equals(stub.id));
-    if (group) {
-      group.keys.push(key);
-    } else {
-      groups.push({ stub, keys: [key] });
-    }
+    const shard = guardShardName(key.id);
+    groups.set(shard, [...(groups.get(shard) ?? []), key]);
   }
   let verdicts: AdmitVerdict[];
   try {
-    verdicts = await Promise.all(groups.map((g) => g.stub.admit(g.keys, policy)));
+    verdicts = await Promise.all(
+      [...groups].map(([shard, shardKeys]) => admissions.run(shard, { env, keys: shardKeys, policy }, waitUntil)),
+    );
   } catch (error) {
     log.warn('guard.unavailable', { error });
     throw new AppError('BUSY', undefined, { 'retry-after': '1' });

@@ -1,5 +1,5 @@
 import { createMiddleware } from 'hono/factory';
-import type { AppEnv } from '../http/context';
+import { type AppEnv, waitUntilOf } from '../http/context';
 import { admitClient, checkLocalBans, clientIp, clientKeys, ipKey, type SaleAction, shield } from './client-guard';
 import { currentLimits } from './limits';
 
@@ -18,13 +18,15 @@ export const edgeShield = createMiddleware<AppEnv>(async function edgeShield(c, 
 
 /**
  * The exact per-IP and per-shopper limits and the ban counter, for one sale route. Runs after
- * authentication (the shopper is a key) and before anything else, so every attempt counts.
+ * authentication (the shopper is a key) and before any work that costs more than the check
+ * (the purchase route answers a known sell-out, a closed window or a pause first: those
+ * answers cost less than counting them).
  */
 export function saleGuard(action: SaleAction) {
   return createMiddleware<AppEnv>(async function saleGuard(c, next) {
     const limits = await currentLimits(c.env);
     const ip = clientIp(c.req.header('cf-connecting-ip'));
-    await admitClient(c.env, clientKeys(ip, c.var.userId, action, limits), limits);
+    await admitClient(c.env, clientKeys(ip, c.var.userId, action, limits), limits, waitUntilOf(c));
     await next();
   });
 }

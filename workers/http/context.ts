@@ -1,3 +1,4 @@
+import type { Context } from 'hono';
 import type { Config } from '../config';
 
 /** Hono environment shared by every sub-app. */
@@ -10,3 +11,16 @@ export type AppEnv = {
     userId: string;
   };
 };
+
+/**
+ * The request's `waitUntil`, or undefined without an execution context (a direct
+ * `app.request()` call in tests).
+ */
+export function waitUntilOf(c: Context<AppEnv>): ((promise: Promise<unknown>) => void) | undefined {
+  try {
+    const ctx = c.executionCtx;
+    return (promise) => ctx.waitUntil(promise);
+  } catch {
+    return undefined;
+  }
+}

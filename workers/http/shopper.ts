@@ -27,7 +27,7 @@ import {
 } from '../schemas';
 import { issuePurchaseToken, verifyPurchase } from '../signed';
 import { shopperAuth } from './auth';
-import type { AppEnv } from './context';
+import { type AppEnv, waitUntilOf } from './context';
 import { valid } from './validate';
 
 /** One-time purchase tokens live 60 s (seed: token and path valid 60 s). */
@@ -156,16 +156,24 @@ export const shopper = new Hono<AppEnv>()
     },
   )
 
-  // Checks cheapest first: limits and bans (saleGuard), input, goods known, the isolate's
-  // sold-out/window/pause copies, token and path, in-flight cap, admission; then the object.
+  // Checks cheapest first: the body, the goods known, the isolate's sold-out/window/pause
+  // copies (a sold-out answer needs no sign-in, so the flood after a sell-out costs neither a
+  // signature check nor an object call), the shopper, limits and bans (saleGuard), token and
+  // path, in-flight cap, admission; then the object.
   .post(
     '/do/:path',
-    shopperAuth,
-    saleGuard('purchase'),
-    valid('param', PathParam),
-    valid('header', IdempotencyHeader),
     requireJson,
     valid('json', PurchaseBody),
+    async function refuseEarly(c, next) {
+      if (c.req.header('idempotency-key') === undefined) {
+        refuseFromCache(await getGoods(c.var.config, c.req.valid('json').goodsId), Date.now());
+      }
+      await next();
+    },
+    shopperAuth,
+    valid('param', PathParam),
+    valid('header', IdempotencyHeader),
+    saleGuard('purchase'),
     async (c) => {
       const { path } = c.req.valid('param');
       const { goodsId, token } = c.req.valid('json');
@@ -173,9 +181,6 @@ export const shopper = new Hono<AppEnv>()
       const { config, userId } = c.var;
       const goods = await getGoods(config, goodsId);
       const now = Date.now();
-      if (!key) {
-        refuseFromCache(goods, now);
-      }
       const verified = await verifyPurchase(config.tokenSecret, token, path, userId, goodsId, now - (key ? PURCHASE_TOKEN_TTL_MS * 60 : 0));
       // With an Idempotency-Key an expired token may still replay its first answer (the object
       // decides); without one it is refused here.
@@ -195,6 +200,7 @@ export const shopper = new Hono<AppEnv>()
           goodsId,
           { requestId, userId, tokenId: verified.tokenId, tokenExpiresAt: verified.expiresAt, keyed: key !== undefined },
           hint,
+          waitUntilOf(c),
         );
       } catch (error) {
         if (error instanceof AppError) {

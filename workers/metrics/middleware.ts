@@ -3,7 +3,7 @@ import { createMiddleware } from 'hono/factory';
 import { HTTPException } from 'hono/http-exception';
 import { matchedRoutes } from 'hono/route';
 import { AppError } from '../errors';
-import type { AppEnv } from '../http/context';
+import { type AppEnv, waitUntilOf } from '../http/context';
 import { log } from '../log';
 import { scheduleMetricsFlush } from './flush';
 import { count, observe } from './registry';
@@ -39,15 +39,6 @@ function outcomeOf(c: Context<AppEnv>): string {
   return status === 404 ? 'not_found' : `http_${status}`;
 }
 
-function executionContext(c: Context<AppEnv>): { waitUntil(promise: Promise<unknown>): void } | undefined {
-  try {
-    return c.executionCtx;
-  } catch {
-    // No execution context (a direct app.request() call): the next scrape ships the counts.
-    return undefined;
-  }
-}
-
 /**
  * Counts every request by route and outcome, records its latency, and logs what an operator
  * needs to trace (admin actions, server errors, slow requests) with the request id. Shopper
@@ -71,8 +62,9 @@ export const requestMetrics = createMiddleware<AppEnv>(async function requestMet
     // An audit trail of operator actions (pause, limits, reconcile, ...); reads are not logged.
     log.info('http.admin', fields);
   }
-  const ctx = executionContext(c);
-  if (ctx) {
-    scheduleMetricsFlush(c.env, (p) => ctx.waitUntil(p));
+  // Without an execution context (a direct app.request() call) the next scrape ships the counts.
+  const waitUntil = waitUntilOf(c);
+  if (waitUntil) {
+    scheduleMetricsFlush(c.env, waitUntil);
   }
 });

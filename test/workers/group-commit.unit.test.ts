@@ -1,0 +1,128 @@
+import { describe, expect, it } from 'vitest';
+import { GroupCommit, WaitedTooLong } from '../../workers/group-commit';
+
+/** A send whose batches the test answers by hand. */
+function manualSend() {
+  const batches: { lane: string; items: number[]; answer: (outs: string[]) => void; fail: (e: unknown) => void }[] = [];
+  const send = (lane: string, items: number[]) =>
+    new Promise<string[]>((resolve, reject) => {
+      batches.push({ lane, items, answer: resolve, fail: reject });
+    });
+  return { batches, send };
+}
+
+/** Long enough for every waiter to look at its slot (they poll every millisecond). */
+const settle = () => new Promise((resolve) => setTimeout(resolve, 15));
+
+describe('group commit', () => {
+  it('sends a call alone at once when nothing is in flight', async () => {
+    const { batches, send } = manualSend();
+    const gc = new GroupCommit<number, string>({ send, maxBatch: 10, maxInFlight: 1, waitLimitMs: 1_000 });
+    const one = gc.run('a', 1);
+    await settle();
+    expect(batches.map((b) => b.items)).toEqual([[1]]);
+    batches[0]?.answer(['one']);
+    await expect(one).resolves.toBe('one');
+  });
+
+  it('gathers the calls that arrive while a batch is out into the next batch, answering each its own', async () => {
+    const { batches, send } = manualSend();
+    const gc = new GroupCommit<number, string>({ send, maxBatch: 10, maxInFlight: 1, waitLimitMs: 1_000 });
+    const calls = Array.from({ length: 8 }, (_, i) => gc.run('a', i));
+    await settle();
+    expect(batches.map((b) => b.items)).toEqual([[0]]);
+    expect(gc.waiting()).toBe(7);
+    batches[0]?.answer(['r0']);
+    await settle();
+    // The first in line was woken to send everyone waiting, in arrival order.
+    expect(batches.map((b) => b.items)).toEqual([[0], [1, 2, 3, 4, 5, 6, 7]]);
+    batches[1]?.answer(['r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7']);
+    expect(await Promise.all(calls)).toEqual(['r0', 'r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7']);
+    expect(gc.waiting()).toBe(0);
+  });
+
+  it('keeps lanes apart and caps a batch at maxBatch', async () => {
+    const { batches, send } = manualSend();
+    const gc = new GroupCommit<number, string>({ send, maxBatch: 3, maxInFlight: 1, waitLimitMs: 1_000 });
+    const a = Array.from({ length: 6 }, (_, i) => gc.run('a', i));
+    const b = gc.run('b', 100);
+    await settle();
+    expect(batches.map((x) => [x.lane, x.items])).toEqual([
+      ['a', [0]],
+      ['b', [100]],
+    ]);
+    batches[0]?.answer(['a0']);
+    batches[1]?.answer(['b100']);
+    await settle();
+    expect(batches[2]?.items).toEqual([1, 2, 3]);
+    batches[2]?.answer(['a1', 'a2', 'a3']);
+    await settle();
+    expect(batches[3]?.items).toEqual([4, 5]);
+    batches[3]?.answer(['a4', 'a5']);
+    expect(await Promise.all(a)).toEqual(['a0', 'a1', 'a2', 'a3', 'a4', 'a5']);
+    await expect(b).resolves.toBe('b100');
+  });
+
+  it('fails every call of a failed batch, and the line goes on', async () => {
+    const { batches, send } = manualSend();
+    const gc = new GroupCommit<number, string>({ send, maxBatch: 10, maxInFlight: 1, waitLimitMs: 1_000 });
+    const first = gc.run('a', 1);
+    const second = gc.run('a', 2);
+    const third = gc.run('a', 3);
+    await settle();
+    batches[0]?.answer(['ok1']);
+    await settle();
+    batches[1]?.fail(new Error('object restarted'));
+    await expect(first).resolves.toBe('ok1');
+    await expect(second).rejects.toThrow('object restarted');
+    await expect(third).rejects.toThrow('object restarted');
+    const fourth = gc.run('a', 4);
+    await settle();
+    batches[2]?.answer(['ok4']);
+    await expect(fourth).resolves.toBe('ok4');
+  });
+
+  it('fails a call whose batch answers short', async () => {
+    const { batches, send } = manualSend();
+    const gc = new GroupCommit<number, string>({ send, maxBatch: 10, maxInFlight: 1, waitLimitMs: 1_000 });
+    const first = gc.run('a', 1);
+    const [second, third] = [gc.run('a', 2), gc.run('a', 3)];
+    await settle();
+    batches[0]?.answer(['ok1']);
+    await settle();
+    batches[1]?.answer(['ok2']);
+    await expect(first).resolves.toBe('ok1');
+    await expect(second).resolves.toBe('ok2');
+    await expect(third).rejects.toThrow('fewer items');
+  });
+
+  it('gives up on a batch that never comes back: its calls and the line behind it fail, and the lane recovers', async () => {
+    const { batches, send } = manualSend();
+    const gc = new GroupCommit<number, string>({ send, maxBatch: 10, maxInFlight: 1, waitLimitMs: 60, pollMs: 1 });
+    // The first batch is sent and never answered.
+    const lost = gc.run('a', 1);
+    await settle();
+    const waiting = [gc.run('a', 2), gc.run('a', 3)];
+    // The lost batch's own sender is a request whose client went away: nobody answers it.
+    const outcomes = await Promise.allSettled([lost, ...waiting]);
+    expect(outcomes.map((o) => o.status === 'rejected' && o.reason instanceof WaitedTooLong)).toEqual([true, true, true]);
+    // The stale batch no longer counts as in flight: a new call is sent at once.
+    const later = gc.run('a', 4);
+    await settle();
+    expect(batches.at(-1)?.items).toEqual([4]);
+    batches.at(-1)?.answer(['ok4']);
+    await expect(later).resolves.toBe('ok4');
+  });
+
+  it('hands each batch it sends to waitUntil, so a hang-up does not strand the others', async () => {
+    const { batches, send } = manualSend();
+    const gc = new GroupCommit<number, string>({ send, maxBatch: 10, maxInFlight: 1, waitLimitMs: 1_000 });
+    const kept: Promise<unknown>[] = [];
+    const one = gc.run('a', 1, (p) => kept.push(p));
+    await settle();
+    expect(kept).toHaveLength(1);
+    batches[0]?.answer(['one']);
+    await expect(one).resolves.toBe('one');
+    await expect(kept[0]).resolves.toBeUndefined();
+  });
+});
