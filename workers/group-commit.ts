@@ -24,18 +24,22 @@
 /** What a waiter finds in its slot: its answer, or its turn to send the next batch. */
 type Wake<Out> = { kind: 'done'; out: Out } | { kind: 'failed'; error: unknown } | { kind: 'lead' };
 
+/** A batch on its way, or a batch slot held for a call told to lead (until it sends). */
+type Sending = { at: number; lead: boolean };
+
 type Slot<In, Out> = {
   item: In;
   /** When its call started. */
   since: number;
+  /** The batch slot held for it when it was told to lead. */
+  held?: Sending;
   /** When a sender took it into a batch. */
   takenAt?: number;
   wake?: Wake<Out>;
 };
 
 type Lane<In, Out> = {
-  /** Start times of the batches on their way. */
-  sending: Set<{ at: number }>;
+  sending: Set<Sending>;
   waiting: Slot<In, Out>[];
 };
 
@@ -61,6 +65,9 @@ export class WaitedTooLong extends Error {
     this.name = 'WaitedTooLong';
   }
 }
+
+/** A call told to lead that has not sent within this long is taken to be gone. */
+const LEAD_GRACE_MS = 50;
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -128,15 +135,25 @@ export class GroupCommit<In, Out> {
     return taken;
   }
 
-  /** Batches on their way; one out longer than the wait limit is given up on. */
+  /**
+   * Batches on their way or about to be sent. One out longer than the wait limit is given up
+   * on, and so is a slot held for a leader that has not sent within LEAD_GRACE_MS.
+   */
   private inFlight(lane: Lane<In, Out>): number {
-    const stale = Date.now() - this.options.waitLimitMs;
+    const now = Date.now();
     for (const batch of lane.sending) {
-      if (batch.at < stale) {
+      if (now - batch.at > (batch.lead ? LEAD_GRACE_MS : this.options.waitLimitMs)) {
         lane.sending.delete(batch);
       }
     }
     return lane.sending.size;
+  }
+
+  /** Tells `slot` to send the next batch, holding a batch slot for it until it does. */
+  private lead(lane: Lane<In, Out>, slot: Slot<In, Out>): void {
+    slot.held = { at: Date.now(), lead: true };
+    lane.sending.add(slot.held);
+    slot.wake = { kind: 'lead' };
   }
 
   /** Polls the slot until it holds an answer or a turn to lead. */
@@ -158,7 +175,7 @@ export class GroupCommit<In, Out> {
         // A free batch slot and nobody sending: whoever was told to lead, or stands ahead in
         // line, went away. Lead instead.
         lane.waiting.splice(at, 1);
-        slot.wake = { kind: 'lead' };
+        this.lead(lane, slot);
       } else if (now - slot.since > this.options.waitLimitMs) {
         lane.waiting.splice(at, 1);
         slot.wake = { kind: 'failed', error: new WaitedTooLong() };
@@ -173,7 +190,9 @@ export class GroupCommit<In, Out> {
   }
 
   private async deliver(laneKey: string, lane: Lane<In, Out>, batch: Slot<In, Out>[]): Promise<void> {
-    const entry = { at: Date.now() };
+    const entry: Sending = batch[0]?.held ?? { at: 0, lead: false };
+    entry.at = Date.now();
+    entry.lead = false;
     lane.sending.add(entry);
     for (const s of batch) {
       s.takenAt = entry.at;
@@ -204,7 +223,7 @@ export class GroupCommit<In, Out> {
     if (this.inFlight(lane) < this.options.maxInFlight) {
       const next = lane.waiting.shift();
       if (next) {
-        next.wake = { kind: 'lead' };
+        this.lead(lane, next);
       }
     }
   }

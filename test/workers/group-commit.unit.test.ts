@@ -11,15 +11,17 @@ function manualSend() {
   return { batches, send };
 }
 
-/** Long enough for every waiter to look at its slot (they poll every millisecond). */
-const settle = () => new Promise((resolve) => setTimeout(resolve, 15));
+const WITHIN = { timeout: 5_000, interval: 2 };
+
+/** Waits until `n` batches were sent (waiters poll their slots on timers). */
+const sent = (batches: unknown[], n: number) => expect.poll(() => batches.length, WITHIN).toBe(n);
 
 describe('group commit', () => {
   it('sends a call alone at once when nothing is in flight', async () => {
     const { batches, send } = manualSend();
     const gc = new GroupCommit<number, string>({ send, maxBatch: 10, maxInFlight: 1, waitLimitMs: 1_000 });
     const one = gc.run('a', 1);
-    await settle();
+    await sent(batches, 1);
     expect(batches.map((b) => b.items)).toEqual([[1]]);
     batches[0]?.answer(['one']);
     await expect(one).resolves.toBe('one');
@@ -29,11 +31,11 @@ describe('group commit', () => {
     const { batches, send } = manualSend();
     const gc = new GroupCommit<number, string>({ send, maxBatch: 10, maxInFlight: 1, waitLimitMs: 1_000 });
     const calls = Array.from({ length: 8 }, (_, i) => gc.run('a', i));
-    await settle();
+    await sent(batches, 1);
     expect(batches.map((b) => b.items)).toEqual([[0]]);
     expect(gc.waiting()).toBe(7);
     batches[0]?.answer(['r0']);
-    await settle();
+    await sent(batches, 2);
     // The first in line was woken to send everyone waiting, in arrival order.
     expect(batches.map((b) => b.items)).toEqual([[0], [1, 2, 3, 4, 5, 6, 7]]);
     batches[1]?.answer(['r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7']);
@@ -46,17 +48,17 @@ describe('group commit', () => {
     const gc = new GroupCommit<number, string>({ send, maxBatch: 3, maxInFlight: 1, waitLimitMs: 1_000 });
     const a = Array.from({ length: 6 }, (_, i) => gc.run('a', i));
     const b = gc.run('b', 100);
-    await settle();
+    await sent(batches, 2);
     expect(batches.map((x) => [x.lane, x.items])).toEqual([
       ['a', [0]],
       ['b', [100]],
     ]);
     batches[0]?.answer(['a0']);
     batches[1]?.answer(['b100']);
-    await settle();
+    await sent(batches, 3);
     expect(batches[2]?.items).toEqual([1, 2, 3]);
     batches[2]?.answer(['a1', 'a2', 'a3']);
-    await settle();
+    await sent(batches, 4);
     expect(batches[3]?.items).toEqual([4, 5]);
     batches[3]?.answer(['a4', 'a5']);
     expect(await Promise.all(a)).toEqual(['a0', 'a1', 'a2', 'a3', 'a4', 'a5']);
@@ -69,15 +71,15 @@ describe('group commit', () => {
     const first = gc.run('a', 1);
     const second = gc.run('a', 2);
     const third = gc.run('a', 3);
-    await settle();
+    await sent(batches, 1);
     batches[0]?.answer(['ok1']);
-    await settle();
+    await sent(batches, 2);
     batches[1]?.fail(new Error('object restarted'));
     await expect(first).resolves.toBe('ok1');
     await expect(second).rejects.toThrow('object restarted');
     await expect(third).rejects.toThrow('object restarted');
     const fourth = gc.run('a', 4);
-    await settle();
+    await sent(batches, 3);
     batches[2]?.answer(['ok4']);
     await expect(fourth).resolves.toBe('ok4');
   });
@@ -87,9 +89,9 @@ describe('group commit', () => {
     const gc = new GroupCommit<number, string>({ send, maxBatch: 10, maxInFlight: 1, waitLimitMs: 1_000 });
     const first = gc.run('a', 1);
     const [second, third] = [gc.run('a', 2), gc.run('a', 3)];
-    await settle();
+    await sent(batches, 1);
     batches[0]?.answer(['ok1']);
-    await settle();
+    await sent(batches, 2);
     batches[1]?.answer(['ok2']);
     await expect(first).resolves.toBe('ok1');
     await expect(second).resolves.toBe('ok2');
@@ -101,14 +103,14 @@ describe('group commit', () => {
     const gc = new GroupCommit<number, string>({ send, maxBatch: 10, maxInFlight: 1, waitLimitMs: 60, pollMs: 1 });
     // The first batch is sent and never answered.
     const lost = gc.run('a', 1);
-    await settle();
+    await sent(batches, 1);
     const waiting = [gc.run('a', 2), gc.run('a', 3)];
     // The lost batch's own sender is a request whose client went away: nobody answers it.
     const outcomes = await Promise.allSettled([lost, ...waiting]);
     expect(outcomes.map((o) => o.status === 'rejected' && o.reason instanceof WaitedTooLong)).toEqual([true, true, true]);
     // The stale batch no longer counts as in flight: a new call is sent at once.
     const later = gc.run('a', 4);
-    await settle();
+    await expect.poll(() => batches.at(-1)?.items, WITHIN).toEqual([4]);
     expect(batches.at(-1)?.items).toEqual([4]);
     batches.at(-1)?.answer(['ok4']);
     await expect(later).resolves.toBe('ok4');
@@ -119,7 +121,7 @@ describe('group commit', () => {
     const gc = new GroupCommit<number, string>({ send, maxBatch: 10, maxInFlight: 1, waitLimitMs: 1_000 });
     const kept: Promise<unknown>[] = [];
     const one = gc.run('a', 1, (p) => kept.push(p));
-    await settle();
+    await sent(batches, 1);
     expect(kept).toHaveLength(1);
     batches[0]?.answer(['one']);
     await expect(one).resolves.toBe('one');
