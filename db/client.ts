@@ -1,12 +1,18 @@
-import { neonConfig, Pool } from '@neondatabase/serverless';
+import { neon, neonConfig, Pool } from '@neondatabase/serverless';
+import { drizzle as drizzleHttp, type NeonHttpDatabase } from 'drizzle-orm/neon-http';
 import { drizzle, type NeonDatabase } from 'drizzle-orm/neon-serverless';
 import * as schema from './schema';
 
 export type Db = NeonDatabase<typeof schema>;
+/** Drizzle over Neon's SQL-over-HTTP endpoint: every statement is one fetch and its own transaction. */
+export type HttpDb = NeonHttpDatabase<typeof schema>;
 
 export type DbOptions = {
   databaseUrl: string;
-  /** host:port of a local WebSocket->TCP bridge; unset in production (Neon speaks WebSocket). */
+  /**
+   * host:port of the local bridge, which stands in for Neon's two front doors: WebSocket
+   * (`/v1`) and SQL over HTTP (`/sql`). Unset in production, where Neon serves both.
+   */
   wsProxy?: string | undefined;
   /** Connections per pool; Workers allow 6 sockets per invocation. */
   max?: number;
@@ -18,17 +24,18 @@ function configureDriver(wsProxy: string | undefined): void {
   if (!wsProxy || configuredProxy === wsProxy) {
     return;
   }
-  // neonConfig is module-global; every pool of this isolate shares one proxy setting.
+  // neonConfig is module-global; every client of this isolate shares one proxy setting.
   neonConfig.wsProxy = (host, port) => `${wsProxy}/v1?address=${host}:${port}`;
   neonConfig.useSecureWebSocket = false;
   neonConfig.pipelineTLS = false;
   neonConfig.pipelineConnect = false;
+  neonConfig.fetchEndpoint = `http://${wsProxy}/sql`;
   configuredProxy = wsProxy;
 }
 
 /**
  * Runs `work` with a Drizzle client on a fresh Neon Pool and always ends the pool: a leaked
- * pool keeps its sockets and exhausts the server's connections.
+ * pool keeps its sockets and exhausts the server's connections. For interactive transactions.
  */
 export async function withDb<T>(options: DbOptions, work: (db: Db) => Promise<T>): Promise<T> {
   configureDriver(options.wsProxy);
@@ -40,4 +47,14 @@ export async function withDb<T>(options: DbOptions, work: (db: Db) => Promise<T>
   } finally {
     await pool.end();
   }
+}
+
+/**
+ * A Drizzle client over SQL over HTTP, for work that is one statement at a time: no socket to
+ * open, authenticate or close (Neon's proxy keeps warm connections behind the endpoint), so
+ * nothing to end afterwards. No interactive transactions: those need withDb.
+ */
+export function httpDb(options: DbOptions): HttpDb {
+  configureDriver(options.wsProxy);
+  return drizzleHttp({ client: neon(options.databaseUrl), schema });
 }

@@ -58,7 +58,7 @@ async function bench(o) {
   say('Building the Worker bundle and starting it under Miniflare...');
   const minter = await shopperMinter(secrets);
   const inspectorPort = o.profile ? await freePort() : undefined;
-  const { stack, orderBatches, events } = await startBenchStack({
+  const { stack, orderBatches, events, eventSamples } = await startBenchStack({
     databaseUrl: o.databaseUrl,
     redisUrl: o.redisUrl,
     assets: o.assets,
@@ -214,6 +214,7 @@ async function bench(o) {
       },
       invariants,
       workerEvents: events(),
+      workerEventSamples: eventSamples(),
       ...(profiler ? { profile: Object.fromEntries(Object.entries(profiles).map(([k, p]) => [k, summarizeProfile(p)])) } : {}),
       loadAverageAtEnd: loadavg().map((x) => round(x, 2)),
     });

@@ -1,8 +1,13 @@
-// WebSocket -> TCP bridge for the Neon serverless driver. In production Neon terminates
-// WebSockets itself; locally the Worker's Pool connects here (neonConfig.wsProxy) and each
-// WebSocket is piped to a plain Postgres TCP socket (PGlite or a real server).
+// Neon's two front doors, locally, on one port in front of a plain Postgres (PGlite or a real
+// server). In production Neon serves both itself:
+// - WebSocket -> TCP: the Worker's Pool connects here (neonConfig.wsProxy, path /v1) and each
+//   WebSocket is piped to a Postgres TCP socket;
+// - SQL over HTTP: `POST /sql` (neonConfig.fetchEndpoint), one query or one transaction per
+//   request, on warm connections (sql-http.mjs).
+import http from 'node:http';
 import net from 'node:net';
 import { WebSocketServer } from 'ws';
+import { sqlOverHttp } from './sql-http.mjs';
 
 const SSL_REQUEST = 80877103;
 
@@ -40,11 +45,24 @@ function terminateWatcher() {
 
 /**
  * Starts the bridge on 127.0.0.1. Only targets in `allow` ("host:port") are reachable.
- * @returns {Promise<{port: number, proxy: string, close: () => Promise<void>}>}
+ * `proxy` is host:port for neonConfig.wsProxy; `sqlEndpoint` the URL for neonConfig.fetchEndpoint.
+ * @returns {Promise<{port: number, proxy: string, sqlEndpoint: string, close: () => Promise<void>}>}
  */
 export async function startWsBridge({ port = 0, allow }) {
   const allowed = new Set(allow);
-  const wss = new WebSocketServer({ host: '127.0.0.1', port, perMessageDeflate: false });
+  const sql = sqlOverHttp({ allow: allowed });
+  const server = http.createServer((req, res) => {
+    if (new URL(req.url ?? '/', 'http://bridge').pathname === '/sql') {
+      sql.handle(req, res).catch(() => res.destroy());
+      return;
+    }
+    req.resume();
+    res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ message: 'not found' }));
+  });
+  // Workers keep their connections to a host alive; a server that closes idle ones sooner than
+  // the client expects makes a request fail now and then on a half-closed socket.
+  server.keepAliveTimeout = 60_000;
+  const wss = new WebSocketServer({ server, perMessageDeflate: false });
   const sockets = new Set();
 
   wss.on('connection', (ws, req) => {
@@ -87,14 +105,16 @@ export async function startWsBridge({ port = 0, allow }) {
   });
 
   await new Promise((resolve, reject) => {
-    wss.once('listening', resolve);
-    wss.once('error', reject);
+    server.once('listening', resolve);
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1');
   });
-  const address = wss.address();
+  const address = server.address();
   const actualPort = typeof address === 'object' && address ? address.port : port;
   return {
     port: actualPort,
     proxy: `127.0.0.1:${actualPort}`,
+    sqlEndpoint: `http://127.0.0.1:${actualPort}/sql`,
     async close() {
       for (const s of sockets) {
         s.destroy();
@@ -103,6 +123,9 @@ export async function startWsBridge({ port = 0, allow }) {
         client.terminate();
       }
       await new Promise((resolve) => wss.close(() => resolve(undefined)));
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(() => resolve(undefined)));
+      await sql.close();
     },
   };
 }

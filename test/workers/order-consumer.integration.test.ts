@@ -7,7 +7,7 @@ import type { GoodsStock } from '../../durable-objects/goods-stock';
 import worker from '../../workers/index';
 import { groupByGoods } from '../../workers/queue/orders';
 import { goodsStock } from '../../workers/routing';
-import type { OrderMessage, ReserveItem } from '../../workers/schemas';
+import type { OrderMessage, ReserveItem, TimeoutMessage } from '../../workers/schemas';
 import { createGoods, sql, stats } from './helpers';
 
 let seq = 0;
@@ -43,14 +43,39 @@ async function reserveHeld(goodsId: number, users: string[]): Promise<OrderMessa
   );
 }
 
-async function deliver(bodies: unknown[], attempts = 1) {
+async function deliver(bodies: unknown[], attempts = 1, workerEnv: Env = env) {
   const batch = createMessageBatch(
     'seckill-orders',
     bodies.map((body, i) => ({ id: `m-${Date.now()}-${i}-${Math.random()}`, timestamp: new Date(), attempts, body })),
   );
+  // The harness records which messages were retried, not their delay: note it on the way.
+  const retryDelays: (number | undefined)[] = [];
+  for (const m of batch.messages) {
+    const retry = m.retry.bind(m);
+    m.retry = (options) => {
+      retryDelays.push(options?.delaySeconds);
+      retry(options);
+    };
+  }
   const ctx = createExecutionContext();
-  await worker.queue(batch, env, ctx);
-  return getQueueResult(batch, ctx);
+  await worker.queue(batch, workerEnv, ctx);
+  return { ...(await getQueueResult(batch, ctx)), retryDelays };
+}
+
+/** A timeout queue that records what the consumer sends, or refuses it. */
+function timeoutQueue(refuse = false) {
+  const sent: { body: TimeoutMessage; delaySeconds?: number }[] = [];
+  const queue = {
+    sendBatch: async (messages: Iterable<MessageSendRequest<TimeoutMessage>>) => {
+      if (refuse) {
+        throw new Error('timeout queue unavailable');
+      }
+      for (const m of messages) {
+        sent.push({ body: m.body, delaySeconds: m.delaySeconds });
+      }
+    },
+  };
+  return { sent, queue: queue as unknown as Queue };
 }
 
 function ordersOf(goodsId: number) {
@@ -120,6 +145,50 @@ describe('order consumer', () => {
     expect(result.explicitAcks).toHaveLength(1);
     expect(result.retryMessages).toHaveLength(1);
     expect(await ordersOf(good.goodsId)).toHaveLength(1);
+  });
+
+  it('writes a full batch of 100 in one go: every order, the object settled, every payment timeout scheduled', async () => {
+    const { goodsId } = await createGoods({ stock: 150, payTimeoutSeconds: 600 });
+    const users = Array.from({ length: 100 }, (_, i) => `full-${i}`);
+    const messages = await reserveHeld(goodsId, users);
+    const timeouts = timeoutQueue();
+    const result = await deliver(messages, 1, { ...env, TIMEOUT_QUEUE: timeouts.queue });
+    expect(result.explicitAcks).toHaveLength(100);
+    expect(result.retryMessages).toHaveLength(0);
+    expect(await ordersOf(goodsId)).toHaveLength(100);
+    expect(timeouts.sent.map((t) => t.body.orderId).sort()).toEqual(messages.map((m) => m.orderId).sort());
+    expect(timeouts.sent.every((t) => t.delaySeconds === 600 && t.body.goodsId === goodsId)).toBe(true);
+    const s = await stats(goodsId);
+    expect(s).toMatchObject({ dbStock: 50, doRemaining: 50, queued: 0, orders: { PENDING_PAYMENT: 100 }, consistent: true });
+  });
+
+  it('retries the whole group when the timeouts cannot be scheduled, and the retry makes no second order', async () => {
+    const { goodsId } = await createGoods({ stock: 5 });
+    const messages = await reserveHeld(goodsId, ['t1', 't2']);
+    const refused = await deliver(messages, 2, { ...env, TIMEOUT_QUEUE: timeoutQueue(true).queue });
+    expect(refused.explicitAcks).toHaveLength(0);
+    expect(refused.retryMessages).toHaveLength(2);
+    expect(refused.retryDelays).toEqual([2, 2]);
+    const timeouts = timeoutQueue();
+    const again = await deliver(messages, 3, { ...env, TIMEOUT_QUEUE: timeouts.queue });
+    expect(again.explicitAcks).toHaveLength(2);
+    expect(timeouts.sent).toHaveLength(2);
+    expect(await ordersOf(goodsId)).toHaveLength(2);
+    expect(await stats(goodsId)).toMatchObject({ dbStock: 3, doRemaining: 3, queued: 0, consistent: true });
+  });
+
+  it('retries every message with backoff and loses none while Postgres cannot be reached', async () => {
+    const { goodsId } = await createGoods({ stock: 5 });
+    const messages = await reserveHeld(goodsId, ['down1', 'down2']);
+    // Nothing listens on port 1: the SQL-over-HTTP request cannot connect.
+    const down = await deliver(messages, 1, { ...env, PG_WS_PROXY: '127.0.0.1:1' });
+    expect(down.explicitAcks).toHaveLength(0);
+    expect(down.retryMessages).toHaveLength(2);
+    expect(down.retryDelays).toEqual([1, 1]);
+    expect(await ordersOf(goodsId)).toHaveLength(0);
+    const back = await deliver(messages, 2);
+    expect(back.explicitAcks).toHaveLength(2);
+    expect(await ordersOf(goodsId)).toHaveLength(2);
   });
 
   it('sends malformed messages towards the dead-letter queue instead of dropping them', async () => {

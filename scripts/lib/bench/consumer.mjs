@@ -6,6 +6,7 @@
 //   `pg` into the same database (a copy of the orders table with the same indexes), one
 //   statement at a time, as Miniflare hands the consumer one batch at a time.
 import { randomBytes } from 'node:crypto';
+import diagnostics from 'node:diagnostics_channel';
 import pg from 'pg';
 import { percentiles, round } from '../load/metrics.mjs';
 
@@ -38,6 +39,54 @@ export function orderMessages(goods, count) {
   }));
 }
 
+/**
+ * Where the consumer's time goes, batch by batch, while `run` goes on: the Worker's own
+ * `orders.batch` log line (its write to Postgres, the object's settle with the payment
+ * timeouts, the metrics flush, the whole handler) and each SQL-over-HTTP request the local
+ * bridge answered (the whole request, the wait for a warm connection, the statement).
+ */
+async function consumerBreakdown(run) {
+  const batches = [];
+  const requests = [];
+  const onLine = ({ event, line }) => {
+    if (event === 'orders.batch') {
+      batches.push(JSON.parse(line));
+    }
+  };
+  const onRequest = (r) => requests.push(r);
+  diagnostics.subscribe('edge-seckill:worker-log', onLine);
+  diagnostics.subscribe('edge-seckill:sql-http', onRequest);
+  try {
+    const result = await run();
+    const stat = (list, key) => percentiles(list.map((x) => x[key]));
+    const worker = batches.filter((b) => b.groups > 0);
+    return {
+      ...result,
+      breakdown: {
+        // Date.now() in workerd moves only across I/O, so these are whole milliseconds.
+        worker: {
+          batches: worker.length,
+          totalMs: stat(worker, 'totalMs'),
+          writeMs: stat(worker, 'writeMs'),
+          notifyMs: stat(worker, 'notifyMs'),
+          flushMs: stat(worker, 'flushMs'),
+          otherMs: percentiles(worker.map((b) => b.totalMs - b.writeMs - b.notifyMs - b.flushMs)),
+        },
+        sqlHttp: {
+          requests: requests.length,
+          ms: stat(requests, 'ms'),
+          waitMs: stat(requests, 'waitMs'),
+          queryMs: stat(requests, 'queryMs'),
+          failed: requests.filter((r) => r.status !== 200).length,
+        },
+      },
+    };
+  } finally {
+    diagnostics.unsubscribe('edge-seckill:worker-log', onLine);
+    diagnostics.unsubscribe('edge-seckill:sql-http', onRequest);
+  }
+}
+
 async function countOrders(client, goodsId) {
   const { rows } = await client.query('SELECT count(*)::int AS n FROM seckill_order WHERE goods_id = $1', [goodsId]);
   return rows[0].n;
@@ -45,9 +94,13 @@ async function countOrders(client, goodsId) {
 
 /**
  * Feeds `messages` to the order queue and waits until they are all orders.
- * @returns {Promise<{ orders: number, ms: number, ordersPerSec: number, sendMs: number, maxAhead: number }>}
+ * @returns {Promise<{ orders: number, ms: number, ordersPerSec: number, sendMs: number, maxAhead: number, breakdown: object }>}
  */
-export async function measureConsumer({ mf, databaseUrl, goodsId, messages, timeoutMs = 300_000 }) {
+export function measureConsumer(options) {
+  return consumerBreakdown(() => drainBacklog(options));
+}
+
+async function drainBacklog({ mf, databaseUrl, goodsId, messages, timeoutMs = 300_000 }) {
   const queue = await mf.getQueueProducer('ORDER_QUEUE');
   const client = new pg.Client({ connectionString: databaseUrl });
   await client.connect();

@@ -14,6 +14,7 @@
 // Miniflare's own log lines say how long each queue batch took ("QUEUE seckill-orders 100/100
 // (27ms)"); they are collected here, and the Worker's JSON log lines are counted by event
 // instead of printed, so a run's output stays readable.
+import diagnostics from 'node:diagnostics_channel';
 import { createInterface } from 'node:readline';
 import { Log, LogLevel } from 'miniflare';
 import { startWorkerStack } from '../miniflare-stack.mjs';
@@ -27,6 +28,7 @@ class BenchLog extends Log {
     super(verbose ? LogLevel.INFO : LogLevel.WARN);
     this.batches = [];
     this.events = {};
+    this.samples = {};
     this.verbose = verbose;
   }
 
@@ -46,6 +48,9 @@ class BenchLog extends Log {
   }
 }
 
+/** The Worker's JSON log lines, for whoever measures from them (consumer.mjs: per-batch timings). */
+export const workerLogChannel = diagnostics.channel('edge-seckill:worker-log');
+
 /** The Worker's console output (JSON lines, see workers/log.ts), counted by event. */
 function countLines(log, ...streams) {
   for (const stream of streams) {
@@ -53,6 +58,15 @@ function countLines(log, ...streams) {
       const event = /"event":"([^"]+)"/.exec(line)?.[1];
       if (event) {
         log.events[event] = (log.events[event] ?? 0) + 1;
+        // The first few lines of each warning or error, so a run that saw them says why.
+        const samples = log.samples[event] ?? [];
+        if (/"level":"(warn|error)"/.test(line) && samples.length < 3) {
+          samples.push(line.length > 2_000 ? `${line.slice(0, 2_000)}...` : line);
+          log.samples[event] = samples;
+        }
+        if (workerLogChannel.hasSubscribers) {
+          workerLogChannel.publish({ event, line });
+        }
       } else if (line.trim()) {
         process.stderr.write(`${line}\n`);
       }
@@ -88,5 +102,7 @@ export async function startBenchStack(o) {
     orderBatches: () => log.batches.filter((b) => b.queue.includes('orders')),
     /** Worker log events (and Miniflare quota errors) counted by name. */
     events: () => ({ ...log.events }),
+    /** The first lines of each warning or error event. */
+    eventSamples: () => structuredClone(log.samples),
   };
 }
