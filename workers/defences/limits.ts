@@ -60,7 +60,7 @@ const fields = {
 export const Limits = z.object(fields);
 export type Limits = z.infer<typeof Limits>;
 
-/** PUT /admin/limits: any subset; `admissionByGoods` entries set to null drop the override. */
+/** PUT /admin/limits takes a subset of the fields; `admissionByGoods` entries set to null drop the override. */
 export const LimitsPatch = z
   .object({
     perIpPerSecond: fields.perIpPerSecond.optional(),

@@ -60,7 +60,7 @@ function attemptPlan(shoppers, { duplicates, requests }) {
 
 /**
  * Runs the load and returns what every request answered.
- * @param {{ http: any, goodsId: number, shoppers: {userId: string, jwt: string}[], concurrency: number,
+ * @param {{ http: ReturnType<typeof import("./http-client.mjs").httpClient>, goodsId: number, shoppers: {userId: string, jwt: string}[], concurrency: number,
  *   durationS?: number, requests?: number, duplicates: number, retries: number, malformed: number,
  *   lookahead: number, pollIntervalMs: number, settleTimeoutMs: number, turnstileToken?: string,
  *   onTick?: (progress: object) => void }} o

@@ -5,7 +5,7 @@ import http from 'node:http';
 import https from 'node:https';
 
 /**
- * @typedef {{ status: number, body: string, json: any, ms: number, headers: Record<string, string | string[] | undefined>, error?: string }} Answer
+ * @typedef {{ status: number, body: string, json: unknown, ms: number, headers: Record<string, string | string[] | undefined>, error?: string }} Answer
  */
 
 /**

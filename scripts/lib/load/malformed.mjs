@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 const randomPath = () => randomBytes(24).toString('base64url').slice(0, 32);
 const bearer = (jwt) => ({ authorization: `Bearer ${jwt}` });
 
-/** @type {Record<string, (ctx: { http: any, goodsId: number, jwt: string }) => Promise<any>>} */
+/** @type {Record<string, (ctx: { http: ReturnType<typeof import("./http-client.mjs").httpClient>, goodsId: number, jwt: string }) => Promise<unknown>>} */
 export const MALFORMED_KINDS = {
   'no-auth': ({ http, goodsId }) => http.post(`/api/seckill/do/${randomPath()}`, { json: { goodsId, token: 'x' } }),
   'bad-jwt': ({ http, goodsId }) =>

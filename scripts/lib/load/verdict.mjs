@@ -31,7 +31,7 @@ export async function verifyOrders(http, goodsId, results, jwts, concurrency) {
 }
 
 /**
- * @param {{ stats: any, atRest: boolean, load: any, orders: { checked: number, missing: any[] }, createdGoods: boolean }} input
+ * @param {{ stats: Record<string, unknown>, atRest: boolean, load: Record<string, unknown>, orders: { checked: number, missing: unknown[] }, createdGoods: boolean }} input
  */
 export function loadVerdict({ stats, atRest, load, orders, createdGoods }) {
   const checks = statsChecks(stats, atRest);
