@@ -160,26 +160,33 @@ export class GroupCommit<In, Out> {
   private async wait(lane: Lane<In, Out>, slot: Slot<In, Out>): Promise<Wake<Out>> {
     for (;;) {
       await sleep(this.pollMs);
+      if (!slot.wake) {
+        this.look(lane, slot);
+      }
       if (slot.wake) {
         return slot.wake;
       }
-      const now = Date.now();
-      const at = lane.waiting.indexOf(slot);
-      if (at < 0) {
-        // Taken into a batch (its sender will answer, unless the batch was lost), or dropped
-        // from the line as stale.
-        if (now - (slot.takenAt ?? slot.since) > this.options.waitLimitMs) {
-          slot.wake = { kind: 'failed', error: new WaitedTooLong() };
-        }
-      } else if (this.inFlight(lane) < this.options.maxInFlight) {
-        // A free batch slot and nobody sending: whoever was told to lead, or stands ahead in
-        // line, went away. Lead instead.
-        lane.waiting.splice(at, 1);
-        this.lead(lane, slot);
-      } else if (now - slot.since > this.options.waitLimitMs) {
-        lane.waiting.splice(at, 1);
+    }
+  }
+
+  /** A waiter's look at the line: lead when nobody is sending, give up when its time is up. */
+  private look(lane: Lane<In, Out>, slot: Slot<In, Out>): void {
+    const now = Date.now();
+    const at = lane.waiting.indexOf(slot);
+    if (at < 0) {
+      // Taken into a batch (its sender will answer, unless the batch was lost), or dropped
+      // from the line as stale.
+      if (now - (slot.takenAt ?? slot.since) > this.options.waitLimitMs) {
         slot.wake = { kind: 'failed', error: new WaitedTooLong() };
       }
+    } else if (this.inFlight(lane) < this.options.maxInFlight) {
+      // A free batch slot and nobody sending: whoever was told to lead, or stands ahead in
+      // line, went away. Lead instead.
+      lane.waiting.splice(at, 1);
+      this.lead(lane, slot);
+    } else if (now - slot.since > this.options.waitLimitMs) {
+      lane.waiting.splice(at, 1);
+      slot.wake = { kind: 'failed', error: new WaitedTooLong() };
     }
   }
 

@@ -1,8 +1,9 @@
 // Shopper JWTs come from the shop's own login: HS256 with a shared secret, or RS256/ES256
 // signed by keys it publishes as a JWKS. The key set is cached per isolate so a sale does
 // not fetch it once per click; an unknown `kid` (key rotation) refetches, at most once a minute.
-import { decode, verify, verifyWithJwks } from 'hono/jwt';
+import { verify, verifyWithJwks } from 'hono/jwt';
 import type { HonoJsonWebKey } from 'hono/utils/jwt/jws';
+import { decodeHeader } from 'hono/utils/jwt/jwt';
 import type { JWTPayload } from 'hono/utils/jwt/types';
 import { z } from 'zod';
 import type { ShopperAuthConfig } from '../config';
@@ -75,7 +76,8 @@ async function keysFor(url: string, kid: string | undefined, now: number): Promi
 /** Verifies a shopper token with the configured method; throws AppError when the keys are unreachable. */
 export async function verifyShopperToken(token: string, auth: ShopperAuthConfig, now = Date.now()): Promise<JWTPayload> {
   const verification = { iss: auth.issuer, aud: auth.audience };
-  const { alg, kid } = decode(token).header;
+  // The header alone picks the method; verify() reads the payload itself.
+  const { alg, kid } = decodeHeader(token);
   if (alg === 'HS256' && auth.hs256Secret) {
     return verify(token, await hmacKey(auth.hs256Secret), { alg, ...verification });
   }
