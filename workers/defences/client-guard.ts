@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { AppError } from '../errors';
 import { GroupCommit, type WaitUntil } from '../group-commit';
 import { log } from '../log';
-import { guardShardName } from '../routing';
+import { guardShardByName, guardShardName } from '../routing';
 import type { AdmitKey, AdmitVerdict, BanPolicy } from './guard-rules';
 import type { Limits } from './limits';
 
@@ -147,7 +147,7 @@ const admissions = new GroupCommit<AdmitCall, AdmitVerdict>({
     if (!first) {
       return Promise.resolve([]);
     }
-    return first.env.EDGE_GUARD.get(first.env.EDGE_GUARD.idFromName(shard)).admitMany(calls.map(({ keys, policy }) => ({ keys, policy })));
+    return guardShardByName(first.env, shard).admitMany(calls.map(({ keys, policy }) => ({ keys, policy })));
   },
 });
 

@@ -1,4 +1,4 @@
-import { edgeGuard, GUARD_SHARDS } from '../routing';
+import { edgeGuard, guardShardByName, guardShardNames } from '../routing';
 
 // Which EdgeGuard instance does what. The class plays three roles, each in its own instances:
 // key shards (single-use markers, rate windows, bans; see edgeGuard() in ../routing), the one
@@ -22,5 +22,5 @@ export function admissionGate(env: Env, goodsId: number, locationHint?: DurableO
 
 /** Every key shard, for operator views that span them (listing bans). Names match edgeGuard(). */
 export function allGuardShards(env: Env) {
-  return Array.from({ length: GUARD_SHARDS }, (_, i) => env.EDGE_GUARD.get(env.EDGE_GUARD.idFromName(`guard:${i}`)));
+  return guardShardNames().map((name) => guardShardByName(env, name));
 }
