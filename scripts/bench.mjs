@@ -10,9 +10,10 @@ import { batchSummary, measureConsumer, measureInsertFloor, orderMessages } from
 import { benchInvariants } from './lib/bench/invariants.mjs';
 import { benchSecrets, shopperMinter } from './lib/bench/mint.mjs';
 import { BENCH_USAGE, parseBenchOptions, UsageError } from './lib/bench/options.mjs';
-import { connectProfiler, freePort, summarizeProfile } from './lib/bench/profile.mjs';
+import { connectProfiler, summarizeProfile } from './lib/bench/profile.mjs';
 import { environment, formatBench, saveResult, targets, withRatios } from './lib/bench/report.mjs';
 import { startBenchStack } from './lib/bench/stack.mjs';
+import { freePort } from './lib/free-port.mjs';
 import { adminApi, LOAD_TEST_LIMITS } from './lib/load/admin.mjs';
 import { httpClient } from './lib/load/http-client.mjs';
 import { fmt, round } from './lib/load/metrics.mjs';

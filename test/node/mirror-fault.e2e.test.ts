@@ -2,10 +2,10 @@
 // Miniflare, in front of a redis-server this test owns, so it can stop and restart it.
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { type AddressInfo, createServer } from 'node:net';
 import { Redis as IORedis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort } from '../../scripts/lib/free-port.mjs';
 import { startWorkerStack } from '../../scripts/lib/miniflare-stack.mjs';
 
 const hasRedis = spawnSync('redis-server', ['--version']).status === 0;
@@ -15,14 +15,6 @@ if (!hasRedis) {
 
 type Stack = Awaited<ReturnType<typeof startWorkerStack>>;
 type Json = Record<string, unknown>;
-
-async function freePort(): Promise<number> {
-  const server = createServer().listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 /** A redis-server of this test alone: no persistence, so a restart comes back empty. */
 function redisServer(port: number) {

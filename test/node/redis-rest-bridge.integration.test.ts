@@ -2,10 +2,11 @@
 // auto-pipelining and base64 responses on) against a real redis-server.
 import { createHash } from 'node:crypto';
 import { once } from 'node:events';
-import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
+import { connect, createServer, type Socket } from 'node:net';
 import { Redis } from '@upstash/redis';
 import { Redis as IORedis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { freePort } from '../../scripts/lib/free-port.mjs';
 import { startRedisRestBridge } from '../../scripts/lib/redis-rest-bridge.mjs';
 
 const REDIS_URL = process.env.TEST_REDIS_URL;
@@ -29,14 +30,6 @@ async function post(bridge: Bridge, path: string, body: unknown, headers: Record
     body: typeof body === 'string' ? body : JSON.stringify(body),
   });
   return { status: res.status, type: res.headers.get('content-type'), json: (await res.json()) as unknown };
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer().listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
 }
 
 /** A TCP forwarder in front of redis that can be cut and restored, to fake an outage. */

@@ -1,14 +1,8 @@
-// The local bridge's SQL-over-HTTP endpoint, driven by the real Neon driver (`neon()`, as
-// drizzle-orm/neon-http uses it) and by raw requests for what the driver never sends: results
-// and their types, parameters, Postgres errors with their fields, batches as transactions,
-// bad requests, Postgres being down, and the WebSocket door on the same port. Runs against the
-// embedded PGlite, and also against a fresh database on TEST_DATABASE_URL's server when set.
-import { once } from 'node:events';
-import { type AddressInfo, createServer } from 'node:net';
 import { NeonDbError, neon, neonConfig, Pool } from '@neondatabase/serverless';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import ws from 'ws';
+import { freePort as closedPort } from '../../scripts/lib/free-port.mjs';
 import { startTestServices } from '../../scripts/lib/test-services.mjs';
 import { startWsBridge } from '../../scripts/lib/ws-bridge.mjs';
 
@@ -54,14 +48,6 @@ async function rejection(promise: Promise<unknown>): Promise<NeonDbError> {
     return error as NeonDbError;
   }
   throw new Error('expected the query to fail');
-}
-
-async function closedPort(): Promise<number> {
-  const server = createServer().listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
 }
 
 function bridgeSuite(label: string, start: () => Promise<Services>, real: boolean) {

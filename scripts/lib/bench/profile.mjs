@@ -3,21 +3,12 @@
 // Objects. The raw profile is saved as .cpuprofile (open it in Chrome DevTools > Performance);
 // the summary lists functions by self time and by inclusive time.
 import { once } from 'node:events';
-import { createServer } from 'node:net';
 import WebSocket from 'ws';
 import { round } from '../load/metrics.mjs';
 
 /** The inspector target of the user Worker in Miniflare's list. */
 const USER_WORKER = 'core:user:';
 const SAMPLING_INTERVAL_US = 200;
-
-export async function freePort() {
-  const server = createServer().listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 /** Connects to the Worker's isolate; `start()` then `stop()` returns one phase's profile. */
 export async function connectProfiler(port) {

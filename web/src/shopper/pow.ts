@@ -2,21 +2,12 @@
 // such that SHA-256(prefix + nonce) starts with `difficulty` zero bits. The page solves it
 // while the shopper reads the captcha, so it rarely adds to the click.
 
-export const POW_ALGORITHM = 'sha256-leading-zero-bits';
-const encoder = new TextEncoder();
+// The algorithm's name and its bit count are the Worker's own, so the page and the check agree.
+import { leadingZeroBits } from '../../../workers/defences/pow';
 
-/** Leading zero bits of a digest. */
-export function leadingZeroBits(bytes: Uint8Array): number {
-  let bits = 0;
-  for (const byte of bytes) {
-    if (byte === 0) {
-      bits += 8;
-      continue;
-    }
-    return bits + Math.clz32(byte) - 24;
-  }
-  return bits;
-}
+export { leadingZeroBits, POW_ALGORITHM } from '../../../workers/defences/pow';
+
+const encoder = new TextEncoder();
 
 /**
  * Finds a nonce. Each digest is awaited, so the page stays responsive; `cancelled` stops a
