@@ -9,6 +9,7 @@ import { currentLimits } from './limits';
  */
 export const edgeShield = createMiddleware<AppEnv>(async function edgeShield(c, next) {
   const ip = clientIp(c.req.header('cf-connecting-ip'));
+  c.set('clientIp', ip);
   if (ip) {
     checkLocalBans([ipKey(ip)]);
   }
@@ -25,8 +26,7 @@ export const edgeShield = createMiddleware<AppEnv>(async function edgeShield(c, 
 export function saleGuard(action: SaleAction) {
   return createMiddleware<AppEnv>(async function saleGuard(c, next) {
     const limits = await currentLimits(c.env);
-    const ip = clientIp(c.req.header('cf-connecting-ip'));
-    await admitClient(c.env, clientKeys(ip, c.var.userId, action, limits), limits, waitUntilOf(c));
+    await admitClient(c.env, clientKeys(c.var.clientIp, c.var.userId, action, limits), limits, waitUntilOf(c));
     await next();
   });
 }

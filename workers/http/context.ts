@@ -9,6 +9,8 @@ export type AppEnv = {
     requestId: string;
     config: Config;
     userId: string;
+    /** The client address from `cf-connecting-ip`, parsed once by edgeShield (shopper routes). */
+    clientIp: string | undefined;
   };
 };
 

@@ -4,7 +4,6 @@ import type { GoodsRow } from '../../db/goods';
 import { randomId, sha256B64 } from '../crypto';
 import { acquirePermit, enterInFlight } from '../defences/admission';
 import { issueChallenge, passChallenge } from '../defences/captcha';
-import { clientIp } from '../defences/client-guard';
 import { requireJson } from '../defences/input';
 import { admissionRate, currentLimits } from '../defences/limits';
 import { edgeShield, saleGuard } from '../defences/middleware';
@@ -143,14 +142,7 @@ export const shopper = new Hono<AppEnv>()
         throw new AppError('SOLD_OUT');
       }
       const limits = await currentLimits(c.env);
-      await passChallenge(
-        c.env,
-        config,
-        limits.powDifficulty,
-        body,
-        { userId, goodsId, ip: clientIp(c.req.header('cf-connecting-ip')) },
-        now,
-      );
+      await passChallenge(c.env, config, limits.powDifficulty, body, { userId, goodsId, ip: c.var.clientIp }, now);
       const issued = await issuePurchaseToken(config.tokenSecret, userId, goodsId, PURCHASE_TOKEN_TTL_MS, now);
       return c.json({ token: issued.token, path: issued.path, expiresAt: new Date(issued.expiresAt).toISOString() });
     },
