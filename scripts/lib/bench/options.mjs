@@ -18,7 +18,7 @@ consumer beside a plain-INSERT floor, and the invariants afterwards.
   --redis-url URL          turn the Redis mirror on against this redis-server (default: off)
   --idempotency-keys       send an Idempotency-Key with every purchase, as the shopper page does
   --assets                 keep Miniflare's static-assets routing in front of the Worker
-  --out DIR                where results go (default bench/results)
+  --out DIR                where results go (default bench/results, ignored by git)
   --json                   print the result JSON instead of the table
   --profile                CPU-profile the Worker during the purchase and sold-out phases
                            (.cpuprofile files beside the result, top functions in the JSON)

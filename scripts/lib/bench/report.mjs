@@ -1,5 +1,6 @@
-// The bench's result: the JSON document (bench/results/<time>.json and latest.json), the
-// performance targets with a verdict each, and the table printed at the end.
+// The bench's result: the JSON document (bench/results/<time>.json and latest.json, ignored by
+// git; docs/bench-reference.json is the committed reference run), the performance targets with
+// a verdict each, and the table printed at the end.
 import { execFileSync } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { cpus, loadavg, totalmem } from 'node:os';
