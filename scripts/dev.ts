@@ -2,7 +2,8 @@
 // `npm run dev`: the whole system on embedded defaults.
 //   Postgres: embedded PGlite (data in .data/pglite), or DATABASE_URL=postgres://... for a real one
 //   Redis mirror: on when REDIS_URL is set or a redis-server answers on 127.0.0.1:6379, off otherwise
-//   Then `wrangler dev` on PORT (default 8787). Ctrl-C stops everything this started.
+//   Then `wrangler dev` on PORT (default 8787), and the cron schedule fired once a minute as in
+//   production (DEV_CRON=off to stop that). Ctrl-C stops everything this started.
 //   PGLITE_DIR and DEV_PERSIST_DIR move the embedded database and wrangler's local state (Durable
 //   Objects, queues) elsewhere, e.g. a throw-away directory for a second stack next to yours.
 import { spawn } from 'node:child_process';
@@ -10,6 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
+import { devCronNotice, devCronSettings, startDevCron } from './lib/dev-cron.ts';
 import { applyMigrations } from './lib/migrate.ts';
 import { startEmbeddedPostgres } from './lib/pg-embedded.ts';
 import { startRedisRestBridge } from './lib/redis-rest-bridge.ts';
@@ -58,9 +60,11 @@ async function shutdown(code: number): Promise<void> {
 
 async function main(): Promise<void> {
   const url = `http://127.0.0.1:${port}`;
+  const cron = devCronSettings(process.env);
   const varsFile = existsSync(`${root}.dev.vars`) ? `${root}.dev.vars` : `${root}.dev.vars.example`;
   const vars = readVars(varsFile);
   say(`settings from ${varsFile.slice(root.length)}`);
+  say(devCronNotice(cron, url));
 
   let databaseUrl = process.env.DATABASE_URL;
   if (databaseUrl) {
@@ -150,6 +154,10 @@ async function main(): Promise<void> {
       say(`  ops dashboard ${url}/admin.html (admin token: ${vars.ADMIN_TOKEN ?? 'see .dev.vars'})`);
       say(`  cron          ${url}/__scheduled?cron=*+*+*+*+*`);
       say('Ctrl-C stops everything.');
+      if (cron.on) {
+        const schedule = startDevCron({ url, intervalMs: cron.intervalMs, say });
+        closers.push(async () => schedule.stop());
+      }
     }
   };
   wrangler.stdout.on('data', onOutput);
