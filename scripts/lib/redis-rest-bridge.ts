@@ -4,7 +4,13 @@ import { timingSafeEqual } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Command, Redis, type RedisOptions } from 'ioredis';
+import ioredis, { type RedisOptions } from 'ioredis';
+
+// ioredis is CommonJS: its module.exports (the default import) carries the named exports too,
+// and only that form works both under Node and under vitest's module runner, which resolves
+// it for the Worker tests' global setup. Its declarations type only the default as the class.
+const { Command, Redis } = ioredis as unknown as typeof import('ioredis');
+type Redis = InstanceType<typeof Redis>;
 
 // ioredis reshapes some replies (HGETALL becomes an object); the REST protocol wants
 // redis' own reply, as Buffers so binary values survive until we encode them.
