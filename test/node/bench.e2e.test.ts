@@ -7,8 +7,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { tsNode } from '../../scripts/lib/run-ts.ts';
 
-const script = fileURLToPath(new URL('../../scripts/bench.mjs', import.meta.url));
+const script = fileURLToPath(new URL('../../scripts/bench.ts', import.meta.url));
 
 type Phase = {
   rps: number;
@@ -47,14 +48,13 @@ describe('npm run bench', () => {
 
   it('measures every phase in one short run and writes latest.json with the invariants holding', async () => {
     out = await mkdtemp(join(tmpdir(), 'edge-seckill-bench-'));
-    const args = [script, '--duration', '2', '--warmup', '1', '--connections', '20', '--consumer-messages', '500', '--out', out, '--json'];
+    const args = ['--duration', '2', '--warmup', '1', '--connections', '20', '--consumer-messages', '500', '--out', out, '--json'];
     if (process.env.TEST_DATABASE_URL) {
       args.push('--database-url', process.env.TEST_DATABASE_URL);
     }
     const run = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
       execFile(
-        process.execPath,
-        args,
+        ...tsNode(script, ...args),
         { maxBuffer: 64 * 1024 * 1024, env: { ...process.env, DATABASE_URL: '' } },
         (error, stdout, stderr) => {
           resolve({ code: error && typeof error.code === 'number' ? error.code : error ? -1 : 0, stdout, stderr });

@@ -1,5 +1,5 @@
 // The shopper page and the ops dashboard in headless Chromium against the running dev stack
-// (scripts/dev.mjs: wrangler dev, Postgres, queues, Durable Objects), as shoppers and an
+// (scripts/dev.ts: wrangler dev, Postgres, queues, Durable Objects), as shoppers and an
 // operator use them. Screenshots go to test-results/screenshots/.
 import { existsSync } from 'node:fs';
 import type { Browser, BrowserContext, BrowserContextOptions, Page, Request } from 'playwright-core';

@@ -1,4 +1,4 @@
-// The running system for the browser tests: `node scripts/dev.mjs` (Postgres, bridges,
+// The running system for the browser tests: `npm run dev` (scripts/dev.ts: Postgres, bridges,
 // `wrangler dev`) on a free port with throw-away state, and headless Chromium.
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -9,7 +9,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { type Browser, type BrowserContext, type BrowserContextOptions, chromium, type Page } from 'playwright-core';
-import { freePort } from '../../scripts/lib/free-port.mjs';
+import { freePort } from '../../scripts/lib/free-port.ts';
+import { tsNode } from '../../scripts/lib/run-ts.ts';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 export const CHROMIUM = '/usr/bin/chromium';
@@ -19,7 +20,7 @@ export const DOC_SCREENSHOTS = join(ROOT, 'docs/screenshots');
 /** A Redis database of its own, so the mirror's keys never meet another test's. */
 const REDIS_DB = 13;
 
-/** KEY="value" lines, as scripts/dev.mjs reads them. */
+/** KEY="value" lines, as scripts/dev.ts reads them. */
 function devVars(): Record<string, string> {
   const file = existsSync(join(ROOT, '.dev.vars')) ? join(ROOT, '.dev.vars') : join(ROOT, '.dev.vars.example');
   const vars: Record<string, string> = {};
@@ -95,6 +96,8 @@ export async function startStack(): Promise<Stack> {
     PGLITE_DIR: join(temp, 'pglite'),
     DEV_PERSIST_DIR: join(temp, 'wrangler-state'),
     REDIS_URL: await mirrorRedis(process.env.TEST_REDIS_URL),
+    // The pages are tested on a quiet sale: no reconciliation run lands in the middle of one.
+    DEV_CRON: 'off',
   };
   delete env.DATABASE_URL;
   if (process.env.TEST_DATABASE_URL) {
@@ -104,7 +107,7 @@ export async function startStack(): Promise<Stack> {
   }
 
   let output = '';
-  const child: ChildProcess = spawn(process.execPath, [join(ROOT, 'scripts/dev.mjs')], {
+  const child: ChildProcess = spawn(...tsNode(join(ROOT, 'scripts/dev.ts')), {
     cwd: ROOT,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],

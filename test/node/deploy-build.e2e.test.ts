@@ -32,6 +32,10 @@ async function dryRun(env: string | undefined): Promise<Build> {
   return { bundle: await readFile(join(dir, 'index.js'), 'utf8'), output: `${stdout}\n${stderr}` };
 }
 
+// wrangler's declarations leave its Config untyped here; these are the fields read below.
+type Producer = { binding: string };
+type RateLimit = { name: string; namespace_id: string; simple: unknown };
+
 function readEnv(env: string | undefined) {
   return unstable_readConfig({ config: configPath, env }, { hideWarnings: true });
 }
@@ -92,15 +96,19 @@ describe.each(ENVS)('%s build', (env) => {
     expect(c.triggers.crons?.length).toBeGreaterThan(0);
     expect(c.migrations).toEqual(top.migrations);
     expect(c.durable_objects.bindings).toEqual(top.durable_objects.bindings);
-    expect((c.queues.producers ?? []).map((p) => p.binding).sort()).toEqual((top.queues.producers ?? []).map((p) => p.binding).sort());
+    expect((c.queues.producers ?? []).map((p: Producer) => p.binding).sort()).toEqual(
+      (top.queues.producers ?? []).map((p: Producer) => p.binding).sort(),
+    );
     expect(Object.keys(c.vars).sort()).toEqual(Object.keys(top.vars).sort());
   });
 
   it('has the same rate-limit bindings as the local config, in namespaces of its own', () => {
-    const top = readEnv(undefined).ratelimits ?? [];
-    const mine = readEnv(env).ratelimits ?? [];
+    const top: RateLimit[] = readEnv(undefined).ratelimits ?? [];
+    const mine: RateLimit[] = readEnv(env).ratelimits ?? [];
     expect(mine.map((r) => [r.name, r.simple])).toEqual(top.map((r) => [r.name, r.simple]));
-    const others = [undefined, ...ENVS.filter((e) => e !== env)].flatMap((e) => (readEnv(e).ratelimits ?? []).map((r) => r.namespace_id));
+    const others = [undefined, ...ENVS.filter((e) => e !== env)].flatMap((e) =>
+      (readEnv(e).ratelimits ?? []).map((r: RateLimit) => r.namespace_id),
+    );
     for (const r of mine) {
       expect(others).not.toContain(r.namespace_id);
     }

@@ -1,7 +1,7 @@
 // The pre-flight of `npm run deploy`: arguments, the secret names a Worker environment needs,
 // and the DATABASE_URL it migrates.
 import { describe, expect, it } from 'vitest';
-import { databaseUrlIssues, parseDeployArgs, parseSecretList, redactUrl, secretIssues } from '../../scripts/lib/deploy-checks.mjs';
+import { databaseUrlIssues, parseDeployArgs, parseSecretList, redactUrl, secretIssues } from '../../scripts/lib/deploy-checks.ts';
 
 const ALL = [
   'AUTH_JWT_SECRET',

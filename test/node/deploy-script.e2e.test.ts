@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tsNode } from '../../scripts/lib/run-ts.ts';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const ALL = [
@@ -66,7 +67,7 @@ async function deploy(args: string[], env: Record<string, string | undefined>) {
       childEnv[k] = v;
     }
   }
-  const child = spawn(process.execPath, ['scripts/deploy.mjs', ...args], { cwd: root, env: childEnv });
+  const child = spawn(...tsNode('scripts/deploy.ts', ...args), { cwd: root, env: childEnv });
   let out = '';
   child.stdout.on('data', (d: Buffer) => {
     out += d.toString();

@@ -5,7 +5,8 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startWorkerStack } from '../../scripts/lib/miniflare-stack.mjs';
+import { startWorkerStack } from '../../scripts/lib/miniflare-stack.ts';
+import { tsNode } from '../../scripts/lib/run-ts.ts';
 
 type Stack = Awaited<ReturnType<typeof startWorkerStack>>;
 type Check = { name: string; ok: boolean; detail: string };
@@ -20,11 +21,11 @@ type Report = {
   invariants: { ok: boolean; oversold: number; lost: number; checks: Check[] };
 };
 
-const script = fileURLToPath(new URL('../../scripts/loadtest.mjs', import.meta.url));
+const script = fileURLToPath(new URL('../../scripts/loadtest.ts', import.meta.url));
 
 function loadtest(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [script, ...args], { maxBuffer: 64 * 1024 * 1024 }, (error, stdout, stderr) => {
+    execFile(...tsNode(script, ...args), { maxBuffer: 64 * 1024 * 1024 }, (error, stdout, stderr) => {
       const code = error && typeof error.code === 'number' ? error.code : error ? -1 : 0;
       resolve({ code, stdout, stderr });
     });

@@ -11,7 +11,7 @@ import { getTableConfig, PgTable } from 'drizzle-orm/pg-core';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as schema from '../../db/schema';
-import { startEmbeddedPostgres } from '../../scripts/lib/pg-embedded.mjs';
+import { startEmbeddedPostgres } from '../../scripts/lib/pg-embedded.ts';
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -23,7 +23,8 @@ if (!SERVER_URL) {
 }
 
 const journal = JSON.parse(readFileSync(`${root}migrations/meta/_journal.json`, 'utf8')) as { entries: { tag: string }[] };
-const tables = Object.values(schema)
+const exported: unknown[] = Object.values(schema);
+const tables = exported
   .filter((v): v is PgTable => is(v, PgTable))
   .map((t) => {
     const c = getTableConfig(t);
@@ -32,7 +33,7 @@ const tables = Object.values(schema)
 
 /** `npm run db:migrate` as a user runs it (through npm, so the script wiring is tested too). */
 async function dbMigrate(databaseUrl: string | undefined): Promise<{ code: number; out: string }> {
-  const env = { ...process.env, DATABASE_URL: databaseUrl ?? '' };
+  const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: databaseUrl ?? '' };
   if (databaseUrl === undefined) {
     delete env.DATABASE_URL;
   }

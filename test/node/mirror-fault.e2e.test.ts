@@ -5,8 +5,8 @@ import { once } from 'node:events';
 import { Redis as IORedis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freePort } from '../../scripts/lib/free-port.mjs';
-import { startWorkerStack } from '../../scripts/lib/miniflare-stack.mjs';
+import { freePort } from '../../scripts/lib/free-port.ts';
+import { startWorkerStack } from '../../scripts/lib/miniflare-stack.ts';
 
 const hasRedis = spawnSync('redis-server', ['--version']).status === 0;
 if (!hasRedis) {

@@ -8,7 +8,7 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type WriteResult, writeOrders } from '../../db/orders';
-import { startTestServices } from '../../scripts/lib/test-services.mjs';
+import { startTestServices } from '../../scripts/lib/test-services.ts';
 import type { OrderMessage } from '../../workers/schemas';
 
 const SERVER_URL = process.env.TEST_DATABASE_URL;

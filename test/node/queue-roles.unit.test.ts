@@ -8,6 +8,10 @@ import { queueRole } from '../../workers/queue/roles';
 
 const configPath = fileURLToPath(new URL('../../wrangler.toml', import.meta.url));
 
+// wrangler's declarations leave its Config untyped here; these are the fields read below.
+type Producer = { binding: string; queue: string };
+type Consumer = { queue: string; dead_letter_queue?: string };
+
 describe('queueRole', () => {
   it.each([
     ['seckill-orders', 'orders'],
@@ -32,8 +36,8 @@ describe('queueRole', () => {
 
 describe.each(['', 'staging', 'production'])('wrangler.toml queues (%s)', (env) => {
   const config = unstable_readConfig({ config: configPath, env: env || undefined }, { hideWarnings: true });
-  const producers = config.queues.producers ?? [];
-  const consumers = config.queues.consumers ?? [];
+  const producers: Producer[] = config.queues.producers ?? [];
+  const consumers: Consumer[] = config.queues.consumers ?? [];
 
   it('routes every consumed queue to a consumer', () => {
     expect(consumers.map((c) => queueRole(c.queue)).sort()).toEqual(['dead-letters', 'orders', 'timeouts']);

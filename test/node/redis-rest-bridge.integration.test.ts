@@ -6,8 +6,8 @@ import { connect, createServer, type Socket } from 'node:net';
 import { Redis } from '@upstash/redis';
 import { Redis as IORedis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { freePort } from '../../scripts/lib/free-port.mjs';
-import { startRedisRestBridge } from '../../scripts/lib/redis-rest-bridge.mjs';
+import { freePort } from '../../scripts/lib/free-port.ts';
+import { startRedisRestBridge } from '../../scripts/lib/redis-rest-bridge.ts';
 
 const REDIS_URL = process.env.TEST_REDIS_URL;
 const SKIP_MESSAGE = 'set TEST_REDIS_URL=redis://127.0.0.1:6379 to run';

@@ -1,10 +1,10 @@
-import { NeonDbError, neon, neonConfig, Pool } from '@neondatabase/serverless';
+import { NeonDbError, type NeonQueryFunction, neon, neonConfig, Pool } from '@neondatabase/serverless';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import ws from 'ws';
-import { freePort as closedPort } from '../../scripts/lib/free-port.mjs';
-import { startTestServices } from '../../scripts/lib/test-services.mjs';
-import { startWsBridge } from '../../scripts/lib/ws-bridge.mjs';
+import { freePort as closedPort } from '../../scripts/lib/free-port.ts';
+import { startTestServices } from '../../scripts/lib/test-services.ts';
+import { startWsBridge } from '../../scripts/lib/ws-bridge.ts';
 
 const SERVER_URL = process.env.TEST_DATABASE_URL;
 if (!SERVER_URL) {
@@ -53,7 +53,7 @@ async function rejection(promise: Promise<unknown>): Promise<NeonDbError> {
 function bridgeSuite(label: string, start: () => Promise<Services>, real: boolean) {
   describe(`SQL over HTTP on ${label}`, () => {
     let services: Services;
-    let sql: ReturnType<typeof neon>;
+    let sql: NeonQueryFunction<false, false>;
     beforeAll(async () => {
       services = await start();
       useBridge(services);
@@ -155,7 +155,7 @@ function bridgeSuite(label: string, start: () => Promise<Services>, real: boolea
       const rows = await sql`SELECT id FROM bridge_item WHERE id BETWEEN 20 AND 29 ORDER BY id`;
       expect(rows.map((r) => r.id)).toEqual([20, 21]);
 
-      const [[level]] = await sql.transaction([sql`SHOW transaction_isolation`], { isolationLevel: 'Serializable' });
+      const [[level] = []] = await sql.transaction([sql`SHOW transaction_isolation`], { isolationLevel: 'Serializable' });
       expect(level?.transaction_isolation).toBe('serializable');
       const readOnly = await rejection(sql.transaction([sql`INSERT INTO bridge_item VALUES (23, 'x')`], { readOnly: true }));
       expect(readOnly.code).toBe('25006');

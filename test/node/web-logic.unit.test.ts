@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { buildWeb, PAGES, pageSizes } from '../../scripts/build-web.mjs';
+import { buildWeb, PAGES, pageSizes } from '../../scripts/build-web.ts';
 import { chartPoints } from '../../web/src/admin/chart';
 import { adminMessages } from '../../web/src/admin/messages';
 import { counterRates, parsePrometheus, sumBy } from '../../web/src/admin/prometheus';
@@ -251,7 +251,7 @@ describe('built pages', () => {
     await buildWeb({ outdir: jsDir });
     for (const page of PAGES) {
       const html = readFileSync(new URL(`../../web/public/${page.html}`, import.meta.url), 'utf8');
-      const refs = [...html.matchAll(/(?:src="|rel="stylesheet" href=")\/([^"]+)"/g)].map((m) => m[1]);
+      const refs = [...html.matchAll(/(?:src="|rel="stylesheet" href=")\/([^"]+)"/g)].map((m) => m[1] ?? '');
       expect(refs, page.html).toEqual(expect.arrayContaining(page.files.filter((f) => f !== page.html)));
       for (const ref of refs) {
         const file = ref.startsWith('js/') ? join(jsDir, ref.slice(3)) : fileURLToPath(new URL(`../../web/public/${ref}`, import.meta.url));

@@ -1,5 +1,5 @@
 import type { TestProject } from 'vitest/node';
-import { startTestServices } from '../../scripts/lib/test-services.mjs';
+import { startTestServices } from '../../scripts/lib/test-services.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {

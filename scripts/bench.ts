@@ -1,0 +1,264 @@
+#!/usr/bin/env tsx
+// `npm run bench`: the Worker's throughput on this machine, in one run, one load generator, one
+// connection count. Phases: warm-up; floor (GET /api/health); purchases while stock lasts;
+// the consumer draining them; sold-out answers; the consumer on a backlog beside a plain-INSERT
+// floor; the invariants. See BENCH_USAGE in lib/bench/options.ts and "Performance" in README.md.
+import { randomBytes } from 'node:crypto';
+import { loadavg } from 'node:os';
+import { type PhaseRequest, runPhase } from './lib/bench/cannon.ts';
+import { batchSummary, measureConsumer, measureInsertFloor, orderMessages } from './lib/bench/consumer.ts';
+import { benchInvariants } from './lib/bench/invariants.ts';
+import { benchSecrets, type ReadyUser, shopperMinter } from './lib/bench/mint.ts';
+import { BENCH_USAGE, type BenchOptions, isUsageError, parseBenchOptions } from './lib/bench/options.ts';
+import { type CpuProfile, connectProfiler, summarizeProfile } from './lib/bench/profile.ts';
+import { environment, formatBench, saveResult, targets, withRatios } from './lib/bench/report.ts';
+import { startBenchStack } from './lib/bench/stack.ts';
+import { freePort } from './lib/free-port.ts';
+import { adminApi, LOAD_TEST_LIMITS } from './lib/load/admin.ts';
+import { httpClient } from './lib/load/http-client.ts';
+import { fmt, round } from './lib/load/metrics.ts';
+
+/** The order consumer's batch size (wrangler.toml, max_batch_size of the order queue). */
+const CONSUMER_BATCH = 100;
+const say = (line: string) => process.stderr.write(`${line}\n`);
+
+function purchaseRequests(shoppers: ReadyUser[], goodsId: number, keyed: boolean) {
+  let i = 0;
+  return {
+    next(): PhaseRequest {
+      // Never reached: a phase sends at most as many requests as there are shoppers.
+      const s = shoppers[Math.min(i++, shoppers.length - 1)];
+      if (!s) {
+        throw new Error('a purchase phase needs at least one shopper');
+      }
+      const headers: Record<string, string> = { authorization: `Bearer ${s.jwt}`, 'content-type': 'application/json' };
+      if (keyed) {
+        headers['idempotency-key'] = randomBytes(12).toString('base64url');
+      }
+      return { method: 'POST', path: `/api/seckill/do/${s.path}`, headers, body: JSON.stringify({ goodsId, token: s.token }) };
+    },
+    get used() {
+      return i;
+    },
+  };
+}
+
+/** Collects the request ids of 202 answers. */
+function acceptedCollector(into: Set<string>) {
+  return (status: number, body: string | undefined) => {
+    if (status === 202) {
+      const id = /"requestId":"([^"]+)"/.exec(body ?? '')?.[1];
+      if (id) {
+        into.add(id);
+      }
+    }
+  };
+}
+
+async function bench(o: BenchOptions) {
+  const startedAt = new Date().toISOString();
+  const env = environment();
+  const secrets = benchSecrets();
+  say('Building the Worker bundle and starting it under Miniflare...');
+  const minter = await shopperMinter(secrets);
+  const inspectorPort = o.profile ? await freePort() : undefined;
+  const { stack, orderBatches, events, eventSamples } = await startBenchStack({
+    databaseUrl: o.databaseUrl,
+    redisUrl: o.redisUrl,
+    assets: o.assets,
+    bindings: secrets,
+    verbose: o.verbose,
+    inspectorPort,
+  });
+  const http = httpClient(stack.url, { maxSockets: 8 });
+  const profiler = inspectorPort ? await connectProfiler(inspectorPort) : undefined;
+  const profiles: Record<string, CpuProfile> = {};
+  /** Runs a phase, CPU-profiled under --profile. */
+  const profiled = async <T>(name: string, run: () => Promise<T>): Promise<T> => {
+    await profiler?.start();
+    const result = await run();
+    if (profiler) {
+      profiles[name] = await profiler.stop();
+    }
+    return result;
+  };
+  try {
+    const admin = adminApi(http, stack.adminToken);
+    const limits = await admin.setLimits(LOAD_TEST_LIMITS);
+    const phase = (extra: Partial<Parameters<typeof runPhase>[0]>) =>
+      runPhase({ url: stack.url, connections: o.connections, durationS: o.durationS, ...extra });
+    const keyed = o.idempotencyKeys;
+
+    // Goods: one on sale with more stock than the phase can sell, one with a single unit.
+    const warmCount = Math.max(o.connections, 2_000);
+    const warmUsers = await minter.users('warm', warmCount);
+    const sale = await admin.createGoods({ stock: 2_000_000, title: 'Bench: purchase' });
+    const acceptedSale = new Set<string>();
+
+    say(`Warm-up (${o.warmupS} s)...`);
+    let warmRate: number | undefined;
+    if (o.warmupS > 0) {
+      await phase({ path: '/api/health', durationS: o.warmupS });
+      const warm = purchaseRequests(await minter.tokens(warmUsers, sale.goodsId), sale.goodsId, keyed);
+      const warmed = await phase({
+        durationS: o.warmupS,
+        maxRequests: warmCount,
+        next: warm.next,
+        onAnswer: acceptedCollector(acceptedSale),
+      });
+      warmRate = warmed.rps;
+    }
+
+    say(`Floor: GET /api/health for ${o.durationS} s...`);
+    const floor = await phase({ path: '/api/health' });
+
+    // Enough shoppers that the phase runs its full time: never more than the floor route could
+    // serve, and twice what the warm-up bought at (making a token costs the bench's CPU too).
+    const ceiling = Math.ceil(floor.rps * o.durationS * 1.2);
+    const count = o.purchases ?? Math.min(ceiling, Math.max(2_000, Math.ceil((warmRate ?? floor.rps) * o.durationS * 2)));
+    say(`Making ${fmt(count)} shoppers with a purchase token each...`);
+    const users = await minter.users('buyer', count);
+    const buyers = purchaseRequests(await minter.tokens(users, sale.goodsId), sale.goodsId, keyed);
+    say(`Purchases while stock lasts for ${o.durationS} s...`);
+    const purchaseStarted = Date.now();
+    const acceptedInPhase = new Set<string>();
+    const onPurchase = acceptedCollector(acceptedInPhase);
+    const purchase = await profiled('purchase', () => phase({ maxRequests: count, next: buyers.next, onAnswer: onPurchase }));
+    const purchaseEnded = Date.now();
+    for (const id of acceptedInPhase) {
+      acceptedSale.add(id);
+    }
+    say(`Waiting for the consumer to write the ${fmt(acceptedInPhase.size)} accepted purchases...`);
+    const drained = await admin.waitAtRest(sale.goodsId, { timeoutMs: 300_000, intervalMs: 100 });
+    const drainedAt = Date.now();
+
+    const soldOutGoods = await admin.createGoods({ stock: 1, title: 'Bench: sold out' });
+    const acceptedSoldOut = new Set<string>();
+    const last = purchaseRequests(await minter.tokens(warmUsers.slice(0, 1), soldOutGoods.goodsId), soldOutGoods.goodsId, keyed).next();
+    const lastUnit = await http.post(last.path, { headers: last.headers, body: last.body });
+    acceptedCollector(acceptedSoldOut)(lastUnit.status, lastUnit.body);
+    await admin.waitAtRest(soldOutGoods.goodsId, { timeoutMs: 60_000 });
+    // Answering sold out costs less than selling: up to four times the shoppers of the purchase phase.
+    const soldOutCount = Math.max(o.connections, Math.min(ceiling, 4 * count));
+    const extra = soldOutCount > users.length ? await minter.users('latecomer', soldOutCount - users.length) : [];
+    say(`Sold out: ${fmt(soldOutCount)} more shoppers try for ${o.durationS} s...`);
+    const latecomers = purchaseRequests(
+      await minter.tokens([...users, ...extra].slice(0, soldOutCount), soldOutGoods.goodsId),
+      soldOutGoods.goodsId,
+      keyed,
+    );
+    const soldOut = await profiled('soldOut', () =>
+      phase({ maxRequests: soldOutCount, next: latecomers.next, onAnswer: acceptedCollector(acceptedSoldOut) }),
+    );
+
+    say(`Consumer: ${fmt(o.consumerMessages)} orders straight to the order queue...`);
+    const backlogGoods = await admin.createGoods({ stock: o.consumerMessages, title: 'Bench: consumer backlog' });
+    const messages = orderMessages(backlogGoods, o.consumerMessages);
+    const backlogStarted = Date.now();
+    const backlog = await measureConsumer({
+      mf: stack.mf,
+      databaseUrl: stack.services.databaseUrl,
+      goodsId: backlogGoods.goodsId,
+      messages,
+    });
+    const backlogEnded = Date.now();
+    say('Insert floor: the same rows as plain multi-row INSERTs...');
+    const insertFloor = await measureInsertFloor({ databaseUrl: stack.services.databaseUrl, messages, batchSize: CONSUMER_BATCH });
+
+    say('Invariants...');
+    const invariants = await benchInvariants({
+      admin,
+      databaseUrl: stack.services.databaseUrl,
+      goods: [
+        { name: 'purchase', goodsId: sale.goodsId, accepted: acceptedSale },
+        { name: 'sold out', goodsId: soldOutGoods.goodsId, accepted: acceptedSoldOut },
+      ],
+      settleTimeoutMs: 120_000,
+    });
+    const saleOrders = drained.stats?.orders.PENDING_PAYMENT ?? 0;
+    const e2eSeconds = (drainedAt - purchaseStarted) / 1000;
+    const result = withRatios({
+      tool: 'edge-seckill bench',
+      version: 1,
+      startedAt,
+      finishedAt: new Date().toISOString(),
+      ...env,
+      database: o.databaseUrl ? 'PostgreSQL (a fresh database on DATABASE_URL)' : 'PGlite (embedded)',
+      options: {
+        durationS: o.durationS,
+        connections: o.connections,
+        warmupS: o.warmupS,
+        purchases: count,
+        consumerMessages: o.consumerMessages,
+        idempotencyKeys: keyed,
+        assets: o.assets,
+        profile: o.profile,
+        redis: Boolean(o.redisUrl),
+        limits,
+      },
+      floor,
+      purchase: { ...purchase, accepted: acceptedInPhase.size, shoppersUsed: buyers.used, shoppersMade: count },
+      soldOut: { ...soldOut, shoppersUsed: latecomers.used, shoppersMade: soldOutCount },
+      consumer: {
+        ordersPerSec: backlog.ordersPerSec,
+        insertFloorPerSec: insertFloor.rowsPerSec,
+        backlog,
+        batches: batchSummary(orderBatches(), backlogStarted, backlogEnded),
+        insertFloor,
+        // The purchase phase's own orders: written while shoppers kept buying, then drained.
+        afterPurchase: {
+          orders: saleOrders,
+          drainMs: drainedAt - purchaseEnded,
+          ordersPerSec: round(acceptedInPhase.size / e2eSeconds),
+          atRest: drained.atRest,
+          batches: batchSummary(orderBatches(), purchaseStarted, drainedAt),
+          duringPhase: batchSummary(orderBatches(), purchaseStarted, purchaseEnded),
+          drain: batchSummary(orderBatches(), purchaseEnded, drainedAt),
+        },
+      },
+      invariants,
+      workerEvents: events(),
+      workerEventSamples: eventSamples(),
+      ...(profiler ? { profile: Object.fromEntries(Object.entries(profiles).map(([k, p]) => [k, summarizeProfile(p)])) } : {}),
+      loadAverageAtEnd: loadavg().map((x) => round(x, 2)),
+    });
+    return { result: { ...result, targets: targets(result) }, profiles };
+  } finally {
+    profiler?.close();
+    http.close();
+    await stack.close();
+  }
+}
+
+async function main(): Promise<number> {
+  let o: ReturnType<typeof parseBenchOptions>;
+  try {
+    o = parseBenchOptions(process.argv.slice(2));
+  } catch (error) {
+    if (isUsageError(error)) {
+      say(`${error.message}\n\n${BENCH_USAGE}`);
+      return 2;
+    }
+    throw error;
+  }
+  if (o.help) {
+    process.stdout.write(`${BENCH_USAGE}\n`);
+    return 0;
+  }
+  const { result, profiles } = await bench(o);
+  const saved = await saveResult(o.out, result, profiles);
+  process.stdout.write(
+    o.json ? `${JSON.stringify(result, null, 2)}\n` : `\n${formatBench(result)}\n\nSaved ${saved.file} and ${saved.latest}\n`,
+  );
+  return result.invariants.ok ? 0 : 1;
+}
+
+main().then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (error: unknown) => {
+    say(`bench: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+    process.exitCode = 2;
+  },
+);

@@ -1,0 +1,113 @@
+// One load generator for every phase of the bench: autocannon, same connection count, the
+// outcome of every response counted by status and contract error code.
+import autocannon from 'autocannon';
+import { round } from '../load/metrics.ts';
+
+/** One request of a phase: each call of `next()` is a new shopper. */
+export type PhaseRequest = { method: 'GET' | 'POST'; path: string; headers: Record<string, string>; body?: string };
+
+export type PhaseOptions = {
+  url: string;
+  connections: number;
+  durationS: number;
+  maxRequests?: number;
+  /** A GET repeated... */
+  path?: string;
+  /** ...or the next request to send. */
+  next?: () => PhaseRequest;
+  onAnswer?: (status: number, body: string, req: PhaseRequest | undefined) => void;
+  timeoutS?: number;
+};
+
+export type PhaseResult = {
+  requests: number;
+  durationS: number;
+  rps: number;
+  p50Ms: number;
+  p90Ms: number;
+  p99Ms: number;
+  maxMs: number;
+  meanMs: number;
+  outcomes: Record<string, number>;
+  errors: number;
+  timeouts: number;
+};
+
+/** Status plus the contract's error code when the body has one: "202", "410 SOLD_OUT". */
+function outcomeOf(status: number, body: string | undefined): string {
+  if (status < 400) {
+    return String(status);
+  }
+  const code = /"code":"([A-Z_]+)"/.exec(body ?? '')?.[1];
+  return code ? `${status} ${code}` : String(status);
+}
+
+/**
+ * Runs one phase. Either `path` (a GET repeated) or `next()` returning the next request
+ * `{ method, path, headers, body }` (each call a new shopper), then `onAnswer(status, body, req)`.
+ * Stops after `durationS`, or once `maxRequests` were sent.
+ */
+export function runPhase({
+  url,
+  connections,
+  durationS,
+  maxRequests,
+  path,
+  next,
+  onAnswer,
+  timeoutS = 10,
+}: PhaseOptions): Promise<PhaseResult> {
+  const outcomes: Record<string, number> = {};
+  const options: autocannon.Options = {
+    url: url + (path ?? ''),
+    connections,
+    duration: durationS,
+    timeout: timeoutS,
+    ...(maxRequests ? { maxOverallRequests: Math.max(maxRequests, connections) } : {}),
+  };
+  if (next) {
+    // The request each connection sent last, by the connection's context.
+    const sent = new WeakMap<object, PhaseRequest>();
+    options.requests = [
+      {
+        setupRequest: (req, context) => {
+          const r = next();
+          sent.set(context, r);
+          return { ...req, ...r };
+        },
+        onResponse: (status, body, context) => {
+          const outcome = outcomeOf(status, body);
+          outcomes[outcome] = (outcomes[outcome] ?? 0) + 1;
+          onAnswer?.(status, body, sent.get(context));
+        },
+      },
+    ];
+  }
+  return new Promise((resolve, reject) => {
+    autocannon(options, (error, result) => {
+      if (error) {
+        reject(error);
+        return;
+      }
+      if (!next) {
+        for (const [code, { count }] of Object.entries(result.statusCodeStats ?? {})) {
+          outcomes[code] = count ?? 0;
+        }
+      }
+      const completed = Object.values(outcomes).reduce((a, b) => a + b, 0);
+      resolve({
+        requests: completed,
+        durationS: result.duration,
+        rps: round(completed / result.duration),
+        p50Ms: result.latency.p50,
+        p90Ms: result.latency.p90,
+        p99Ms: result.latency.p99,
+        maxMs: result.latency.max,
+        meanMs: round(result.latency.average),
+        outcomes,
+        errors: result.errors,
+        timeouts: result.timeouts,
+      });
+    });
+  });
+}

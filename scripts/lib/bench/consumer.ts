@@ -1,0 +1,224 @@
+// The order consumer measured on its own, beside its floor:
+//
+// - consumer: a backlog of order messages written straight to the order queue with Miniflare's
+//   queue producer, timed from the first send until every order is a row in Postgres;
+// - floor: the same rows, in batches of the same size, as plain multi-row INSERTs from Node with
+//   `pg` into the same database (a copy of the orders table with the same indexes), one
+//   statement at a time, as Miniflare hands the consumer one batch at a time.
+import { randomBytes } from 'node:crypto';
+import diagnostics from 'node:diagnostics_channel';
+import type { Miniflare } from 'miniflare';
+import pg from 'pg';
+import type { OrderMessage } from '../../../workers/schemas.ts';
+import type { Goods } from '../load/contract.ts';
+import { type Percentiles, percentiles, round } from '../load/metrics.ts';
+import type { SqlHttpTiming } from '../sql-http.ts';
+import type { WorkerLogLine } from './stack.ts';
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** One order-queue batch as Miniflare logged it. */
+export type QueueBatch = { at: number; queue: string; acked: number; size: number; ms: number };
+
+/** The Worker's `orders.batch` log line: where one consumer batch spent its time. */
+type BatchLine = { groups: number; totalMs: number; writeMs: number; notifyMs: number; flushMs: number };
+
+export type Drained = { orders: number; ms: number; ordersPerSec: number; sendMs: number; maxAhead: number };
+export type ConsumerRun = Drained & { breakdown: ReturnType<typeof breakdownOf> };
+
+/**
+ * Messages are produced ahead of the consumer but never more than this many unconsumed:
+ * Miniflare's local queue keeps a workerd timer per message in flight, and workerd allows
+ * 10,000 of them.
+ */
+const MAX_AHEAD = 4_000;
+const SEND_BATCH = 100;
+
+/** Order messages for a goods, in the shape the goods' object writes to its outbox. */
+export function orderMessages(goods: Goods, count: number): OrderMessage[] {
+  const now = Date.now();
+  const run = randomBytes(4).toString('hex');
+  return Array.from({ length: count }, (_, i) => ({
+    v: 1 as const,
+    kind: 'reserve' as const,
+    requestId: `${goods.goodsId}.${run}${i.toString(36).padStart(14, '0')}`,
+    orderId: `${goods.goodsId}-${i + 1}`,
+    orderNo: `B${goods.goodsId}${String(i + 1).padStart(8, '0')}${run}`,
+    userId: `backlog-${run}-${i}`,
+    goodsId: goods.goodsId,
+    activityId: goods.activityId,
+    priceCents: goods.priceCents,
+    payTimeoutSeconds: 900,
+    reservedAt: now,
+  }));
+}
+
+/**
+ * Where the consumer's time goes, batch by batch, while `run` goes on: the Worker's own
+ * `orders.batch` log line (its write to Postgres, the object's settle with the payment
+ * timeouts, the metrics flush, the whole handler) and each SQL-over-HTTP request the local
+ * bridge answered (the whole request, the wait for a warm connection, the statement).
+ */
+async function consumerBreakdown(run: () => Promise<Drained>): Promise<ConsumerRun> {
+  const batches: BatchLine[] = [];
+  const requests: SqlHttpTiming[] = [];
+  // Published by this process's own bench stack and SQL bridge (stack.ts, sql-http.ts).
+  const onLine = (message: unknown) => {
+    const { event, line } = message as WorkerLogLine;
+    if (event === 'orders.batch') {
+      batches.push(JSON.parse(line));
+    }
+  };
+  const onRequest = (message: unknown) => requests.push(message as SqlHttpTiming);
+  diagnostics.subscribe('edge-seckill:worker-log', onLine);
+  diagnostics.subscribe('edge-seckill:sql-http', onRequest);
+  try {
+    const result = await run();
+    return { ...result, breakdown: breakdownOf(batches, requests) };
+  } finally {
+    diagnostics.unsubscribe('edge-seckill:worker-log', onLine);
+    diagnostics.unsubscribe('edge-seckill:sql-http', onRequest);
+  }
+}
+
+function breakdownOf(batches: BatchLine[], requests: SqlHttpTiming[]) {
+  const stat = <T>(list: T[], value: (x: T) => number): Percentiles => percentiles(list.map(value));
+  const worker = batches.filter((b) => b.groups > 0);
+  return {
+    // Date.now() in workerd moves only across I/O, so these are whole milliseconds.
+    worker: {
+      batches: worker.length,
+      totalMs: stat(worker, (b) => b.totalMs),
+      writeMs: stat(worker, (b) => b.writeMs),
+      notifyMs: stat(worker, (b) => b.notifyMs),
+      flushMs: stat(worker, (b) => b.flushMs),
+      otherMs: stat(worker, (b) => b.totalMs - b.writeMs - b.notifyMs - b.flushMs),
+    },
+    sqlHttp: {
+      requests: requests.length,
+      ms: stat(requests, (r) => r.ms),
+      waitMs: stat(requests, (r) => r.waitMs),
+      queryMs: stat(requests, (r) => r.queryMs),
+      failed: requests.filter((r) => r.status !== 200).length,
+    },
+  };
+}
+
+async function countOrders(client: pg.Client, goodsId: number): Promise<number> {
+  const { rows } = await client.query<{ n: number }>('SELECT count(*)::int AS n FROM seckill_order WHERE goods_id = $1', [goodsId]);
+  return rows[0]?.n ?? 0;
+}
+
+type Backlog = { mf: Miniflare; databaseUrl: string; goodsId: number; messages: OrderMessage[]; timeoutMs?: number };
+
+/** Feeds `messages` to the order queue and waits until they are all orders. */
+export function measureConsumer(options: Backlog): Promise<ConsumerRun> {
+  return consumerBreakdown(() => drainBacklog(options));
+}
+
+async function drainBacklog({ mf, databaseUrl, goodsId, messages, timeoutMs = 300_000 }: Backlog): Promise<Drained> {
+  const queue = await mf.getQueueProducer<OrderMessage>('ORDER_QUEUE');
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    const started = performance.now();
+    const deadline = Date.now() + timeoutMs;
+    let sent = 0;
+    let done = 0;
+    let maxAhead = 0;
+    while (sent < messages.length) {
+      done = await countOrders(client, goodsId);
+      maxAhead = Math.max(maxAhead, sent - done);
+      if (sent - done > MAX_AHEAD - 10 * SEND_BATCH) {
+        await sleep(10);
+      } else {
+        for (let k = 0; k < 10 && sent < messages.length; k++) {
+          const chunk = messages.slice(sent, sent + SEND_BATCH);
+          await queue.sendBatch(chunk.map((body) => ({ body, contentType: 'json' })));
+          sent += chunk.length;
+        }
+      }
+      if (Date.now() > deadline) {
+        throw new Error(`the consumer wrote ${done} of ${messages.length} orders in ${timeoutMs / 1000} s`);
+      }
+    }
+    const sendMs = performance.now() - started;
+    while (done < messages.length) {
+      if (Date.now() > deadline) {
+        throw new Error(`the consumer wrote ${done} of ${messages.length} orders in ${timeoutMs / 1000} s`);
+      }
+      await sleep(10);
+      done = await countOrders(client, goodsId);
+    }
+    const ms = performance.now() - started;
+    return { orders: done, ms: round(ms), ordersPerSec: round((done / ms) * 1000), sendMs: round(sendMs), maxAhead };
+  } finally {
+    await client.end();
+  }
+}
+
+/**
+ * The same rows as plain multi-row INSERTs, `batchSize` per statement, into a copy of the
+ * orders table (same columns, defaults and indexes), which is dropped afterwards.
+ */
+export async function measureInsertFloor({
+  databaseUrl,
+  messages,
+  batchSize,
+}: {
+  databaseUrl: string;
+  messages: OrderMessage[];
+  batchSize: number;
+}) {
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  const table = `bench_insert_floor_${randomBytes(3).toString('hex')}`;
+  try {
+    await client.query(`CREATE TABLE ${table} (LIKE seckill_order INCLUDING ALL)`);
+    const statementMs: number[] = [];
+    const started = performance.now();
+    for (let i = 0; i < messages.length; i += batchSize) {
+      const rows = messages.slice(i, i + batchSize);
+      const params: (string | number | Date)[] = [];
+      const tuples = rows.map((m, j) => {
+        params.push(m.orderId, m.orderNo, m.requestId, m.userId, m.goodsId, m.activityId, m.priceCents, new Date(m.reservedAt));
+        params.push(new Date(m.reservedAt + m.payTimeoutSeconds * 1000));
+        const b = j * 9;
+        return `($${b + 1},$${b + 2},$${b + 3},$${b + 4},$${b + 5},$${b + 6},$${b + 7},$${b + 8},$${b + 9})`;
+      });
+      const t = performance.now();
+      await client.query(
+        `INSERT INTO ${table} (id, order_no, request_id, user_id, goods_id, activity_id, price_cents, reserved_at, pay_deadline) VALUES ${tuples.join(',')}`,
+        params,
+      );
+      statementMs.push(performance.now() - t);
+    }
+    const ms = performance.now() - started;
+    return {
+      rows: messages.length,
+      batchSize,
+      ms: round(ms),
+      rowsPerSec: round((messages.length / ms) * 1000),
+      statement: percentiles(statementMs),
+    };
+  } finally {
+    await client.query(`DROP TABLE IF EXISTS ${table}`).catch(() => {});
+    await client.end();
+  }
+}
+
+/** Summary of Miniflare's order-queue batches between two instants. */
+export function batchSummary(batches: QueueBatch[], from = 0, to = Number.POSITIVE_INFINITY) {
+  const inWindow = batches.filter((b) => b.at >= from && b.at <= to);
+  const messages = inWindow.reduce((n, b) => n + b.size, 0);
+  const busyMs = inWindow.reduce((n, b) => n + b.ms, 0);
+  return {
+    batches: inWindow.length,
+    messages,
+    meanSize: inWindow.length ? round(messages / inWindow.length) : null,
+    retried: inWindow.reduce((n, b) => n + (b.size - b.acked), 0),
+    ...percentiles(inWindow.map((b) => b.ms)),
+    /** Messages per second of consumer time (what one batch at a time can reach). */
+    messagesPerBusySec: busyMs ? round((messages / busyMs) * 1000) : null,
+  };
+}

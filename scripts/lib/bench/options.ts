@@ -1,0 +1,90 @@
+// Command-line options of `npm run bench`.
+import { parseArgs } from 'node:util';
+import { UsageError } from '../load/options.ts';
+
+export const BENCH_USAGE = `Usage: npm run bench [-- options]
+
+Builds the Worker bundle, runs it under Miniflare's API against Postgres (embedded PGlite, or a
+fresh database on $DATABASE_URL's server) and measures, with one load generator (autocannon)
+and one connection count: a floor route, the purchase path, the sold-out path, the order
+consumer beside a plain-INSERT floor, and the invariants afterwards.
+
+  --duration S             seconds per phase (default 10)
+  --connections N          connections of the load generator (default 100)
+  --warmup S               warm-up seconds before measuring (default 3)
+  --purchases N            shoppers made for the purchase phase (default: twice the warm-up's
+                           purchase rate x duration, at most the floor rate x duration x 1.2)
+  --consumer-messages N    orders in the consumer backlog (default 20000)
+  --database-url URL       Postgres server to use (default $DATABASE_URL; unset: embedded PGlite)
+  --redis-url URL          turn the Redis mirror on against this redis-server (default: off)
+  --idempotency-keys       send an Idempotency-Key with every purchase, as the shopper page does
+  --assets                 keep Miniflare's static-assets routing in front of the Worker
+  --out DIR                where results go (default bench/results, ignored by git)
+  --json                   print the result JSON instead of the table
+  --profile                CPU-profile the Worker during the purchase and sold-out phases
+                           (.cpuprofile files beside the result, top functions in the JSON)
+  --verbose                print the Worker's log lines instead of counting them
+  --help`;
+
+export { isUsageError, UsageError } from '../load/options.ts';
+
+/** What `npm run bench` was asked to do. */
+export type BenchOptions = ReturnType<typeof benchSettings>;
+
+const OPTIONS = {
+  duration: { type: 'string' },
+  connections: { type: 'string' },
+  warmup: { type: 'string' },
+  purchases: { type: 'string' },
+  'consumer-messages': { type: 'string' },
+  'database-url': { type: 'string' },
+  'redis-url': { type: 'string' },
+  'idempotency-keys': { type: 'boolean' },
+  assets: { type: 'boolean' },
+  out: { type: 'string' },
+  json: { type: 'boolean' },
+  verbose: { type: 'boolean' },
+  profile: { type: 'boolean' },
+  help: { type: 'boolean' },
+} as const;
+
+type Values = ReturnType<typeof parseArgs<{ options: typeof OPTIONS; strict: true }>>['values'];
+
+function int(value: string | undefined, name: string, min: number, max: number): number | undefined {
+  if (value === undefined) {
+    return undefined;
+  }
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min || n > max) {
+    throw new UsageError(`--${name} must be an integer between ${min} and ${max}, got ${value}`);
+  }
+  return n;
+}
+
+/** Parses argv into the bench's settings; throws UsageError with a message for the user. */
+export function parseBenchOptions(argv: string[]): { help: true } | (BenchOptions & { help?: undefined }) {
+  const { values } = parseArgs({ args: argv, options: OPTIONS, strict: true });
+  if (values.help) {
+    return { help: true };
+  }
+  return benchSettings(values);
+}
+
+function benchSettings(values: Values) {
+  const connections = int(values.connections, 'connections', 1, 10_000) ?? 100;
+  return {
+    durationS: int(values.duration, 'duration', 1, 600) ?? 10,
+    connections,
+    warmupS: int(values.warmup, 'warmup', 0, 600) ?? 3,
+    purchases: int(values.purchases, 'purchases', connections, 2_000_000),
+    consumerMessages: int(values['consumer-messages'], 'consumer-messages', 100, 1_000_000) ?? 20_000,
+    databaseUrl: values['database-url'] ?? (process.env.DATABASE_URL || undefined),
+    redisUrl: values['redis-url'],
+    idempotencyKeys: values['idempotency-keys'] ?? false,
+    assets: values.assets ?? false,
+    out: values.out ?? 'bench/results',
+    json: values.json ?? false,
+    verbose: values.verbose ?? false,
+    profile: values.profile ?? false,
+  };
+}

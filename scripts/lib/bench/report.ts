@@ -1,0 +1,249 @@
+// The bench's result: the JSON document (bench/results/<time>.json and latest.json, ignored by
+// git; docs/bench-reference.json is the committed reference run), the performance targets with
+// a verdict each, and the table printed at the end.
+import { execFileSync } from 'node:child_process';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { cpus, loadavg, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { fmt, formatOutcomes, round, table } from '../load/metrics.ts';
+import type { PhaseResult } from './cannon.ts';
+import type { batchSummary, ConsumerRun, measureInsertFloor } from './consumer.ts';
+import type { BenchInvariants } from './invariants.ts';
+import type { CpuProfile, ProfileSummary } from './profile.ts';
+
+export type Machine = {
+  cpus: number;
+  cpuModel: string;
+  memoryGb: number;
+  node: string;
+  platform: string;
+  loadAverageAtStart: number[];
+};
+export type Environment = { machine: Machine; commit: { sha: string; dirty: boolean } | null };
+export type Target = { name: string; ok: boolean; actual: string };
+type BatchSummary = ReturnType<typeof batchSummary>;
+type Ratioed = { ratioToFloor: number | null };
+
+/** The result document, as far as the targets and the table read it. */
+export type BenchResult = Environment & {
+  startedAt: string;
+  database: string;
+  options: { durationS: number; connections: number; idempotencyKeys: boolean; assets: boolean; redis: boolean };
+  floor: PhaseResult;
+  purchase: PhaseResult & Ratioed;
+  soldOut: PhaseResult & Ratioed;
+  consumer: Ratioed & {
+    ordersPerSec: number;
+    insertFloorPerSec: number;
+    backlog: ConsumerRun;
+    batches: BatchSummary;
+    insertFloor: Awaited<ReturnType<typeof measureInsertFloor>>;
+    afterPurchase: { orders: number; drainMs: number; ordersPerSec: number; batches: BatchSummary; duringPhase: BatchSummary };
+  };
+  invariants: BenchInvariants;
+  workerEvents: Record<string, number>;
+  profile?: Record<string, ProfileSummary>;
+  targets: Target[];
+};
+
+/** Orders a NestJS + Redis Lua + BullMQ + Postgres worker wrote per second on this machine. */
+export const REFERENCE_WORKER_ORDERS_PER_SEC = 730;
+
+function git(args: string[]): string | undefined {
+  try {
+    return execFileSync('git', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+  } catch {
+    return undefined;
+  }
+}
+
+/** The machine and the code the numbers belong to. */
+export function environment(): Environment {
+  const cpu = cpus();
+  const sha = git(['rev-parse', 'HEAD']);
+  const dirty = git(['status', '--porcelain']);
+  return {
+    machine: {
+      cpus: cpu.length,
+      cpuModel: cpu[0]?.model ?? 'unknown',
+      memoryGb: round(totalmem() / 2 ** 30),
+      node: process.version,
+      platform: `${process.platform}-${process.arch}`,
+      loadAverageAtStart: loadavg().map((x) => round(x, 2)),
+    },
+    commit: sha ? { sha, dirty: Boolean(dirty) } : null,
+  };
+}
+
+const ratio = (a: number | null | undefined, b: number | null | undefined) => (a && b ? round(a / b, 2) : null);
+
+/** The performance targets, each with what was measured and whether it holds. */
+export function targets(r: Omit<BenchResult, 'targets'>): Target[] {
+  const t = (name: string, ok: boolean, actual: string): Target => ({ name, ok, actual });
+  return [
+    t(
+      'purchase path >= 0.5x the floor route',
+      (r.purchase.ratioToFloor ?? 0) >= 0.5,
+      `${r.purchase.ratioToFloor}x (${fmt(r.purchase.rps)} vs ${fmt(r.floor.rps)} req/s)`,
+    ),
+    t(
+      'sold-out path >= 0.8x the floor route',
+      (r.soldOut.ratioToFloor ?? 0) >= 0.8,
+      `${r.soldOut.ratioToFloor}x (${fmt(r.soldOut.rps)} vs ${fmt(r.floor.rps)} req/s)`,
+    ),
+    t(
+      'consumer >= 0.5x its INSERT floor',
+      (r.consumer.ratioToFloor ?? 0) >= 0.5,
+      `${r.consumer.ratioToFloor}x (${fmt(r.consumer.ordersPerSec)} vs ${fmt(r.consumer.insertFloorPerSec)} rows/s)`,
+    ),
+    t(
+      `consumer far above ${REFERENCE_WORKER_ORDERS_PER_SEC} orders/s`,
+      r.consumer.ordersPerSec >= 2 * REFERENCE_WORKER_ORDERS_PER_SEC,
+      `${fmt(r.consumer.ordersPerSec)} orders/s (${ratio(r.consumer.ordersPerSec, REFERENCE_WORKER_ORDERS_PER_SEC)}x)`,
+    ),
+    t(
+      `purchase p99 < 100 ms at ${r.options.connections} connections`,
+      r.purchase.p99Ms !== null && r.purchase.p99Ms < 100,
+      `${fmt(r.purchase.p99Ms)} ms`,
+    ),
+    t(
+      'zero oversell, zero lost orders',
+      r.invariants.ok && r.invariants.oversold === 0 && r.invariants.lost === 0,
+      invariantLine(r.invariants),
+    ),
+  ];
+}
+
+function invariantLine(inv: BenchInvariants): string {
+  const failed = inv.checks.filter((c) => !c.ok).map((c) => `${c.goods}: ${c.name}`);
+  return `oversold ${inv.oversold}, lost ${inv.lost}, duplicates ${inv.duplicates}${failed.length ? `; failed: ${failed.join(', ')}` : ''}`;
+}
+
+/** The phases as `{ rps, p50Ms, ... }` plus their ratios to the floors. */
+export function withRatios<
+  R extends {
+    floor: PhaseResult;
+    purchase: PhaseResult;
+    soldOut: PhaseResult;
+    consumer: { ordersPerSec: number; insertFloorPerSec: number };
+  },
+>(r: R) {
+  return {
+    ...r,
+    purchase: { ...r.purchase, ratioToFloor: ratio(r.purchase.rps, r.floor.rps) },
+    soldOut: { ...r.soldOut, ratioToFloor: ratio(r.soldOut.rps, r.floor.rps) },
+    consumer: { ...r.consumer, ratioToFloor: ratio(r.consumer.ordersPerSec, r.consumer.insertFloorPerSec) },
+  };
+}
+
+/** Writes `<out>/<time>.json`, `<out>/latest.json` and any CPU profiles; returns the paths. */
+export async function saveResult(
+  out: string,
+  result: { startedAt: string },
+  profiles: Record<string, CpuProfile> = {},
+): Promise<{ file: string; latest: string }> {
+  await mkdir(out, { recursive: true });
+  const stamp = result.startedAt.replace(/[:.]/g, '-');
+  const file = join(out, `${stamp}.json`);
+  const text = `${JSON.stringify(result, null, 2)}\n`;
+  await writeFile(file, text);
+  for (const [name, profile] of Object.entries(profiles)) {
+    await writeFile(join(out, `${stamp}.${name}.cpuprofile`), JSON.stringify(profile));
+  }
+  const latest = join(out, 'latest.json');
+  await writeFile(latest, text);
+  return { file, latest };
+}
+
+/** The table printed at the end of a run. */
+export function formatBench(r: BenchResult): string {
+  const m = r.machine;
+  const lines = [
+    `edge-seckill bench, ${r.startedAt}${r.commit ? `, commit ${r.commit.sha.slice(0, 10)}${r.commit.dirty ? ' (uncommitted changes)' : ''}` : ''}`,
+    `${m.cpus} CPUs (${m.cpuModel}), Node ${m.node}, Postgres: ${r.database}, mirror ${r.options.redis ? 'on' : 'off'}, ` +
+      `static-assets layer ${r.options.assets ? 'on' : 'off'}, load average ${m.loadAverageAtStart.join(' ')}`,
+    `autocannon, ${r.options.connections} connections, ${r.options.durationS} s per phase` +
+      `${r.options.idempotencyKeys ? ', Idempotency-Key on every purchase' : ''}`,
+    '',
+  ];
+  const row = (name: string, p: PhaseResult, ratioText: string) => [
+    name,
+    fmt(p.requests),
+    fmt(p.rps),
+    fmt(p.p50Ms),
+    fmt(p.p90Ms),
+    fmt(p.p99Ms),
+    fmt(p.maxMs),
+    ratioText,
+    formatOutcomes(p.outcomes),
+  ];
+  lines.push(
+    table([
+      ['phase', 'requests', 'req/s', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'vs floor', 'outcomes'],
+      row('floor: GET /api/health', r.floor, '1.00x'),
+      row('purchase while stock lasts', r.purchase, `${r.purchase.ratioToFloor}x`),
+      row('sold out', r.soldOut, `${r.soldOut.ratioToFloor}x`),
+    ]),
+  );
+  const c = r.consumer;
+  lines.push('');
+  lines.push(
+    table([
+      ['consumer', 'orders', 'orders/s', 'batch p50 ms', 'batch p90 ms', 'batch max ms', 'vs floor'],
+      [
+        `backlog straight to the queue`,
+        fmt(c.backlog.orders),
+        fmt(c.ordersPerSec),
+        fmt(c.batches.p50Ms),
+        fmt(c.batches.p90Ms),
+        fmt(c.batches.maxMs),
+        `${c.ratioToFloor}x`,
+      ],
+      [
+        `plain INSERT, ${c.insertFloor.batchSize} rows each`,
+        fmt(c.insertFloor.rows),
+        fmt(c.insertFloorPerSec),
+        fmt(c.insertFloor.statement.p50Ms, 1),
+        fmt(c.insertFloor.statement.p90Ms, 1),
+        fmt(c.insertFloor.statement.maxMs, 1),
+        '1.00x',
+      ],
+      [
+        'after the purchase phase',
+        fmt(c.afterPurchase.orders),
+        fmt(c.afterPurchase.ordersPerSec),
+        fmt(c.afterPurchase.batches.p50Ms),
+        fmt(c.afterPurchase.batches.p90Ms),
+        fmt(c.afterPurchase.batches.maxMs),
+        `${fmt(c.afterPurchase.duringPhase?.batches)} batches during, drained ${fmt(c.afterPurchase.drainMs)} ms after`,
+      ],
+    ]),
+  );
+  lines.push('');
+  lines.push('Targets:');
+  for (const t of r.targets) {
+    lines.push(`  ${t.ok ? 'met   ' : 'MISSED'}  ${t.name}: ${t.actual}`);
+  }
+  lines.push('');
+  lines.push(`Invariants: ${r.invariants.ok ? 'hold' : 'VIOLATED'}`);
+  for (const check of r.invariants.checks.filter((x) => !x.ok)) {
+    lines.push(`  FAIL  ${check.goods}: ${check.name}: ${check.detail}`);
+  }
+  for (const [name, p] of Object.entries(r.profile ?? {})) {
+    lines.push('');
+    lines.push(`CPU profile of the ${name} phase: isolate busy ${p.busyPct}% of ${fmt(p.sampledMs)} ms sampled`);
+    lines.push(
+      table([
+        ['self', 'ms', '%', 'inclusive', 'ms', '%'],
+        ...p.self
+          .slice(0, 15)
+          .map((s, i) => [s.fn, fmt(s.ms), fmt(s.pct, 1), p.inclusive[i]?.fn ?? '', fmt(p.inclusive[i]?.ms), fmt(p.inclusive[i]?.pct, 1)]),
+      ]),
+    );
+  }
+  const events = Object.entries(r.workerEvents);
+  if (events.length > 0) {
+    lines.push(`Worker log events: ${events.map(([k, v]) => `${k} ${fmt(v)}`).join(', ')}`);
+  }
+  return lines.join('\n');
+}

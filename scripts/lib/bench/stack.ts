@@ -1,0 +1,129 @@
+// The Worker as the bench runs it: the deployable bundle under Miniflare's API (one workerd
+// process; `wrangler dev` adds a second one in front), with two local-only adjustments:
+//
+// - No static-assets layer by default. In production Cloudflare routes /api/* and /admin/* past
+//   the assets before the Worker runs; Miniflare does that routing in two extra workers inside
+//   the same workerd process, which on this machine costs more than half of a trivial route's
+//   throughput (about 2,000 instead of 4,900 req/s). `--assets` keeps it.
+// - The payment-timeout queue has no consumer. Miniflare's local queue holds every delayed
+//   message on a workerd timer, and workerd allows 10,000 active timers: a bench that sells
+//   tens of thousands of units with a 15-minute payment window would overflow it. The Worker
+//   still sends every timeout message; they are accepted and dropped, and would only have
+//   fired long after the bench.
+//
+// Miniflare's own log lines say how long each queue batch took ("QUEUE seckill-orders 100/100
+// (27ms)"); they are collected here, and the Worker's JSON log lines are counted by event
+// instead of printed, so a run's output stays readable.
+import diagnostics from 'node:diagnostics_channel';
+import { createInterface } from 'node:readline';
+import type { Readable } from 'node:stream';
+import { Log, LogLevel } from 'miniflare';
+import { startWorkerStack, type WorkerStack } from '../miniflare-stack.ts';
+import type { QueueBatch } from './consumer.ts';
+
+/** What `workerLogChannel` publishes: one JSON log line of the Worker and its event. */
+export type WorkerLogLine = { event: string; line: string };
+
+export type BenchStackOptions = {
+  databaseUrl?: string | undefined;
+  redisUrl?: string | undefined;
+  assets: boolean;
+  bindings: Record<string, string>;
+  verbose?: boolean;
+  inspectorPort?: number | undefined;
+};
+
+export type BenchStack = {
+  stack: WorkerStack;
+  orderBatches(): QueueBatch[];
+  events(): Record<string, number>;
+  eventSamples(): Record<string, string[]>;
+};
+
+// biome-ignore lint/suspicious/noControlCharactersInRegex: strips the ANSI colours of Miniflare's lines
+const ANSI = /\x1b\[[0-9;]*m/g;
+const QUEUE_LINE = /QUEUE (\S+) (\d+)\/(\d+) \((\d+)ms\)/;
+
+class BenchLog extends Log {
+  readonly batches: QueueBatch[] = [];
+  readonly events: Record<string, number> = {};
+  readonly samples: Record<string, string[]> = {};
+  /** Print every line (--verbose) instead of counting the Worker's events. */
+  readonly printAll: boolean;
+
+  constructor(printAll: boolean) {
+    super(printAll ? LogLevel.INFO : LogLevel.WARN);
+    this.printAll = printAll;
+  }
+
+  override logWithLevel(level: LogLevel, message: string): void {
+    const text = message.replace(ANSI, '');
+    const queue = QUEUE_LINE.exec(text);
+    if (queue) {
+      this.batches.push({ at: Date.now(), queue: queue[1] ?? '', acked: Number(queue[2]), size: Number(queue[3]), ms: Number(queue[4]) });
+      return;
+    }
+    const event = /"event":"([^"]+)"/.exec(text)?.[1] ?? (/QuotaExceededError/.test(text) ? 'miniflare.queue_timer_quota' : undefined);
+    if (event && !this.printAll) {
+      this.events[event] = (this.events[event] ?? 0) + 1;
+      return;
+    }
+    super.logWithLevel(level, message);
+  }
+}
+
+/** The Worker's JSON log lines, for whoever measures from them (consumer.ts: per-batch timings). */
+export const workerLogChannel = diagnostics.channel('edge-seckill:worker-log');
+
+/** The Worker's console output (JSON lines, see workers/log.ts), counted by event. */
+function countLines(log: BenchLog, ...streams: Readable[]): void {
+  for (const stream of streams) {
+    createInterface({ input: stream }).on('line', (line) => {
+      const event = /"event":"([^"]+)"/.exec(line)?.[1];
+      if (event) {
+        log.events[event] = (log.events[event] ?? 0) + 1;
+        // The first few lines of each warning or error, so a run that saw them says why.
+        const samples = log.samples[event] ?? [];
+        if (/"level":"(warn|error)"/.test(line) && samples.length < 3) {
+          samples.push(line.length > 2_000 ? `${line.slice(0, 2_000)}...` : line);
+          log.samples[event] = samples;
+        }
+        if (workerLogChannel.hasSubscribers) {
+          workerLogChannel.publish({ event, line } satisfies WorkerLogLine);
+        }
+      } else if (line.trim()) {
+        process.stderr.write(`${line}\n`);
+      }
+    });
+  }
+}
+
+/** The Worker under Miniflare as the bench runs it, with its log lines counted. */
+export async function startBenchStack(o: BenchStackOptions): Promise<BenchStack> {
+  const log = new BenchLog(o.verbose ?? false);
+  const stack = await startWorkerStack({
+    databaseUrl: o.databaseUrl,
+    redisUrl: o.redisUrl,
+    bindings: o.bindings,
+    log,
+    configure: (options) => {
+      const consumers = Object.fromEntries(Object.entries(options.queueConsumers ?? {}).filter(([name]) => !name.includes('timeout')));
+      return {
+        ...options,
+        ...(o.assets ? {} : { assets: undefined }),
+        queueConsumers: consumers,
+        ...(o.inspectorPort ? { inspectorPort: o.inspectorPort } : {}),
+        ...(o.verbose ? {} : { handleRuntimeStdio: (stdout: Readable, stderr: Readable) => countLines(log, stdout, stderr) }),
+      };
+    },
+  });
+  return {
+    stack,
+    /** Order-queue batches Miniflare dispatched so far: `{ at, size, acked, ms }`. */
+    orderBatches: () => log.batches.filter((b) => b.queue.includes('orders')),
+    /** Worker log events (and Miniflare quota errors) counted by name. */
+    events: () => ({ ...log.events }),
+    /** The first lines of each warning or error event. */
+    eventSamples: () => structuredClone(log.samples),
+  };
+}

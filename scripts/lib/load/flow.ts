@@ -1,0 +1,396 @@
+// The shopper flow under load. `concurrency` virtual shoppers share the work:
+//
+//   prepare  POST .../challenge, answer it, POST .../token  -> a ready shopper (token + hidden path)
+//   buy      POST /api/seckill/do/:path with an Idempotency-Key (maybe sent twice: a retry)
+//   poll     GET /api/seckill/result/:requestId until SUCCESS or FAIL (its own small pool)
+//
+// Purchase tokens live 60 s, so they are never made far ahead: before the doors open the
+// shoppers of the first wave (`lookahead` of them) answer their challenge, as a crowd waiting
+// on the page does; then every virtual shopper buys when a ready shopper is waiting and
+// prepares the next one otherwise, so no more than `lookahead` tokens are ever waiting and
+// none waits longer than it takes to send the purchases in front of it. A token that got
+// older than TOKEN_MAX_AGE_MS anyway (a very slow deployment) is dropped and prepared again.
+import { randomBytes } from 'node:crypto';
+import { errorOf, type Result, read } from './contract.ts';
+import { type Answer, type HttpClient, outcomeKey } from './http-client.ts';
+import { sendMalformed } from './malformed.ts';
+import { type Counts, type Recorder, recorder, type StepSummary } from './metrics.ts';
+import { challengeAnswer, type Shopper } from './shoppers.ts';
+
+const TOKEN_MAX_AGE_MS = 40_000;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const bearer = (jwt: string) => ({ authorization: `Bearer ${jwt}` });
+
+export type LoadOptions = {
+  http: HttpClient;
+  goodsId: number;
+  shoppers: Shopper[];
+  concurrency: number;
+  durationS?: number | undefined;
+  requests?: number | undefined;
+  duplicates: number;
+  retries: number;
+  malformed: number;
+  lookahead: number;
+  pollIntervalMs: number;
+  settleTimeoutMs: number;
+  turnstileToken?: string | undefined;
+  onTick?: (progress: Progress) => void;
+};
+
+export type Progress = {
+  elapsedS: number;
+  requests: number;
+  attempts: number;
+  inFlight: number;
+  ready: number;
+  purchases: Counts;
+  accepted: number;
+  unresolved: number;
+};
+
+/** An accepted purchase and what its result polls said. */
+export type AcceptedPurchase = {
+  requestId: string;
+  userId: string;
+  status: Result['status'];
+  orderId?: string | undefined;
+  reason?: string | undefined;
+};
+
+export type Idempotency = { retries: number; notCompared: number; mismatches: number; examples: { first: string; again: string }[] };
+
+export type StepName = 'challenge' | 'token' | 'purchase' | 'retry' | 'result' | 'malformed';
+
+export type LoadResult = {
+  startedAt: string;
+  preparedFirstWaveMs: number;
+  loadMs: number;
+  requests: number;
+  attempts: number;
+  steps: Record<StepName, StepSummary>;
+  malformedByKind: Record<string, Counts>;
+  accepted: AcceptedPurchase[];
+  acceptedJwts: Map<string, string>;
+  idempotency: Idempotency;
+};
+
+/** Who tries next, and whether they tried before. */
+type Attempt = { shopper: Shopper; duplicate: boolean };
+/** A shopper with a purchase token, waiting to buy. */
+type Ready = Attempt & { token: string; path: string; at: number; key: string };
+type Pending = AcceptedPurchase & { jwt: string; nextPollAt: number };
+
+/**
+ * Which shopper makes the next purchase attempt: new shoppers in order, with a share coming
+ * back for another try. Without a request count or a duration it ends when every shopper has
+ * tried once; with one, shoppers keep coming back once all have tried.
+ */
+function attemptPlan(shoppers: Shopper[], { duplicates, requests }: { duplicates: number; requests: number | undefined }) {
+  const tried: number[] = [];
+  let fresh = 0;
+  let issued = 0;
+  let deadline: number | undefined;
+  let exhausted = false;
+  const isDone = () => exhausted || (requests !== undefined && issued >= requests) || (deadline !== undefined && Date.now() >= deadline);
+  return {
+    setDeadline(at: number) {
+      deadline = at;
+    },
+    get done() {
+      return isDone();
+    },
+    next(): Attempt | undefined {
+      if (isDone()) {
+        return undefined;
+      }
+      const bounded = requests !== undefined || deadline !== undefined;
+      const again = tried.length > 0 && (Math.random() < duplicates || (fresh >= shoppers.length && bounded));
+      if (!again && fresh >= shoppers.length) {
+        exhausted = true;
+        return undefined;
+      }
+      issued++;
+      const shopper = again ? shoppers[tried[Math.floor(Math.random() * tried.length)] ?? 0] : shoppers[fresh];
+      if (!shopper) {
+        exhausted = true;
+        return undefined;
+      }
+      if (again) {
+        return { shopper, duplicate: true };
+      }
+      tried.push(fresh++);
+      return { shopper, duplicate: false };
+    },
+  };
+}
+
+/** Runs the load and returns what every request answered. */
+export async function runShopperLoad(o: LoadOptions): Promise<LoadResult> {
+  const steps: Record<StepName, Recorder> = {
+    challenge: recorder(),
+    token: recorder(),
+    purchase: recorder(),
+    retry: recorder(),
+    result: recorder(),
+    malformed: recorder(),
+  };
+  const malformedByKind: Record<string, Counts> = {};
+  const accepted = new Map<string, Pending>();
+  const idempotency: Idempotency = { retries: 0, notCompared: 0, mismatches: 0, examples: [] };
+  const ready: Ready[] = [];
+  // Accepted requests waiting for their next result poll; in due order, as all wait the same interval.
+  const pollQueue: Pending[] = [];
+  let polling = 0;
+  let preparing = 0;
+  let inFlight = 0;
+  let loadDone = false;
+  let openedAt = 0;
+  let closedAt = 0;
+  let requests = 0;
+  let attemptsDone = 0;
+
+  const send = async (step: StepName, fn: () => Promise<Answer>): Promise<Answer> => {
+    inFlight++;
+    try {
+      const answer = await fn();
+      requests++;
+      steps[step].record(answer.ms, outcomeKey(answer));
+      return answer;
+    } finally {
+      inFlight--;
+    }
+  };
+
+  async function prepare(slot: Attempt): Promise<void> {
+    const { shopper } = slot;
+    const challenge = await send('challenge', () =>
+      o.http.post(`/api/seckill/goods/${o.goodsId}/challenge`, { headers: bearer(shopper.jwt) }),
+    );
+    if (challenge.status !== 200) {
+      attemptsDone++;
+      return;
+    }
+    const answer = await challengeAnswer(challenge.json, { turnstileToken: o.turnstileToken });
+    if (answer.error) {
+      throw new Error(answer.error);
+    }
+    const token = await send('token', () =>
+      o.http.post(`/api/seckill/goods/${o.goodsId}/token`, { headers: bearer(shopper.jwt), json: answer.body }),
+    );
+    const issued = read.purchaseToken(token.json);
+    if (token.status === 200 && issued) {
+      ready.push({ ...slot, token: issued.token, path: issued.path, at: Date.now(), key: randomBytes(12).toString('base64url') });
+    } else {
+      attemptsDone++;
+    }
+  }
+
+  async function buy(slot: Ready): Promise<void> {
+    const init = { headers: { ...bearer(slot.shopper.jwt), 'idempotency-key': slot.key }, json: { goodsId: o.goodsId, token: slot.token } };
+    const first = await send('purchase', () => o.http.post(`/api/seckill/do/${slot.path}`, init));
+    noteAccepted(slot, first);
+    if (Math.random() < o.retries) {
+      // The same click sent again (a flaky network, an impatient shopper): the same answer is owed.
+      const again = await send('retry', () => o.http.post(`/api/seckill/do/${slot.path}`, init));
+      idempotency.retries++;
+      checkReplay(first, again);
+      noteAccepted(slot, again);
+    }
+    attemptsDone++;
+  }
+
+  function noteAccepted(slot: Ready, answer: Answer): void {
+    const requestId = answer.status === 202 ? read.queued(answer.json)?.requestId : undefined;
+    if (requestId !== undefined && !accepted.has(requestId)) {
+      const entry: Pending = {
+        requestId,
+        userId: slot.shopper.userId,
+        jwt: slot.shopper.jwt,
+        status: 'QUEUED',
+        nextPollAt: Date.now() + o.pollIntervalMs,
+      };
+      accepted.set(requestId, entry);
+      pollQueue.push(entry);
+    }
+  }
+
+  /** 202, or a refusal the goods' object decided: what a retry with the same key must get again. */
+  const decided = (a: Answer) => [202, 409, 410, 423, 425].includes(a.status);
+
+  function checkReplay(first: Answer, again: Answer): void {
+    // Answers the edge gives before the object is asked (429, 503 BUSY, a lost connection) are
+    // not decisions; a retry may get something else, and may itself be refused at the edge.
+    if (!decided(first) || again.status === 0 || again.status === 429 || again.status === 503 || errorOf(again.json)?.code === 'BANNED') {
+      idempotency.notCompared++;
+      return;
+    }
+    const same =
+      again.status === first.status && (first.status !== 202 || read.queued(again.json)?.requestId === read.queued(first.json)?.requestId);
+    if (!same) {
+      idempotency.mismatches++;
+      if (idempotency.examples.length < 5) {
+        idempotency.examples.push({ first: outcomeKey(first), again: outcomeKey(again) });
+      }
+    }
+  }
+
+  async function malformedOne(): Promise<void> {
+    const shopper = o.shoppers[Math.floor(Math.random() * o.shoppers.length)];
+    if (!shopper) {
+      return;
+    }
+    inFlight++;
+    try {
+      const { kind, answer } = await sendMalformed({ http: o.http, goodsId: o.goodsId, jwt: shopper.jwt });
+      requests++;
+      const key = outcomeKey(answer);
+      steps.malformed.record(answer.ms, key);
+      const counts = malformedByKind[kind] ?? {};
+      counts[key] = (counts[key] ?? 0) + 1;
+      malformedByKind[kind] = counts;
+    } finally {
+      inFlight--;
+    }
+  }
+
+  const plan = attemptPlan(o.shoppers, { duplicates: o.duplicates, requests: o.requests });
+
+  /** The next piece of work for a virtual shopper, or undefined when there is none right now. */
+  function nextJob(): (() => Promise<void>) | undefined {
+    if (!plan.done && o.malformed > 0 && Math.random() < o.malformed) {
+      return () => malformedOne();
+    }
+    const slot = ready.shift();
+    if (slot) {
+      if (Date.now() - slot.at <= TOKEN_MAX_AGE_MS) {
+        return () => buy(slot);
+      }
+      return () => prepareCounted({ shopper: slot.shopper, duplicate: slot.duplicate });
+    }
+    if (preparing + ready.length < o.lookahead) {
+      const next = plan.next();
+      if (next) {
+        return () => prepareCounted(next);
+      }
+    }
+    return undefined;
+  }
+
+  function prepareCounted(slot: Attempt): Promise<void> {
+    preparing++;
+    return prepare(slot).finally(() => {
+      preparing--;
+    });
+  }
+
+  async function shopperLoop(): Promise<void> {
+    for (;;) {
+      const job = nextJob();
+      if (job) {
+        await job();
+      } else if (preparing === 0 && ready.length === 0 && plan.done) {
+        return;
+      } else {
+        await sleep(2);
+      }
+    }
+  }
+
+  // Results are polled by their own pool, as each shopper page polls its own request.
+  async function pollLoop(stopAt: () => number): Promise<void> {
+    for (;;) {
+      const head = pollQueue[0];
+      if (!head || head.nextPollAt > Date.now()) {
+        if (loadDone && ((pollQueue.length === 0 && polling === 0) || Date.now() > stopAt())) {
+          return;
+        }
+        await sleep(head ? Math.min(50, head.nextPollAt - Date.now()) : 20);
+        continue;
+      }
+      pollQueue.shift();
+      polling++;
+      const answer = await send('result', () => o.http.get(`/api/seckill/result/${head.requestId}`, { headers: bearer(head.jwt) }));
+      polling--;
+      const result = read.result(answer.json);
+      if (answer.status === 200 && result && (result.status === 'SUCCESS' || result.status === 'FAIL')) {
+        head.status = result.status;
+        head.orderId = result.orderId;
+        head.reason = result.reason;
+      } else {
+        head.nextPollAt = Date.now() + o.pollIntervalMs;
+        pollQueue.push(head);
+      }
+    }
+  }
+
+  // The crowd before the doors open: the first wave answers its captcha first.
+  const started = Date.now();
+  const wave = Math.max(1, o.lookahead);
+  let waveIssued = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(o.concurrency, wave) }, async () => {
+      while (waveIssued < wave) {
+        waveIssued++;
+        const slot = plan.next();
+        if (!slot) {
+          return;
+        }
+        await prepareCounted(slot);
+      }
+    }),
+  );
+  openedAt = Date.now();
+  if (o.durationS !== undefined) {
+    plan.setDeadline(openedAt + o.durationS * 1000);
+  }
+  const ticker = setInterval(() => o.onTick?.(progress()), 1000);
+  let settleUntil = Number.POSITIVE_INFINITY;
+  const pollers = Array.from({ length: Math.max(1, Math.ceil(o.concurrency / 10)) }, () => pollLoop(() => settleUntil));
+  try {
+    await Promise.all(Array.from({ length: o.concurrency }, shopperLoop));
+    closedAt = Date.now();
+    settleUntil = closedAt + o.settleTimeoutMs;
+  } catch (error) {
+    settleUntil = 0;
+    throw error;
+  } finally {
+    // On a failure too: the pollers must end, or the process never would.
+    loadDone = true;
+    clearInterval(ticker);
+    await Promise.all(pollers);
+  }
+
+  function progress(): Progress {
+    return {
+      elapsedS: (Date.now() - (openedAt || started)) / 1000,
+      requests,
+      attempts: attemptsDone,
+      inFlight,
+      ready: ready.length,
+      purchases: { ...steps.purchase.outcomes },
+      accepted: accepted.size,
+      unresolved: pollQueue.length + polling,
+    };
+  }
+
+  return {
+    startedAt: new Date(started).toISOString(),
+    preparedFirstWaveMs: openedAt - started,
+    loadMs: closedAt - openedAt,
+    requests,
+    attempts: attemptsDone,
+    steps: {
+      challenge: steps.challenge.summary(),
+      token: steps.token.summary(),
+      purchase: steps.purchase.summary(),
+      retry: steps.retry.summary(),
+      result: steps.result.summary(),
+      malformed: steps.malformed.summary(),
+    },
+    malformedByKind,
+    accepted: [...accepted.values()].map(({ jwt: _jwt, nextPollAt: _n, ...r }) => r),
+    acceptedJwts: new Map([...accepted.values()].map((r) => [r.requestId, r.jwt])),
+    idempotency,
+  };
+}

@@ -1,0 +1,91 @@
+// Services for a test run or a benchmark: Postgres (embedded, or a fresh database on a real
+// server), the Neon WebSocket bridge in front of it, and optionally the Upstash REST bridge.
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { applyMigrations } from './migrate.ts';
+import { startEmbeddedPostgres } from './pg-embedded.ts';
+import { type RedisRestBridge, startRedisRestBridge } from './redis-rest-bridge.ts';
+import { startWsBridge } from './ws-bridge.ts';
+
+/** Creates a uniquely named database on the server of `serverUrl`; returns its URL and a dropper. */
+async function freshDatabase(serverUrl: string): Promise<{ url: string; drop(): Promise<void> }> {
+  const name = `edge_seckill_test_${Date.now()}_${randomBytes(3).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: serverUrl });
+  await admin.connect();
+  try {
+    await admin.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await admin.end();
+  }
+  const url = new URL(serverUrl);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    async drop() {
+      const c = new pg.Client({ connectionString: serverUrl });
+      await c.connect();
+      try {
+        await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      } finally {
+        await c.end();
+      }
+    },
+  };
+}
+
+export type TestServices = {
+  databaseUrl: string;
+  pgWsProxy: string;
+  redisRestUrl: string | undefined;
+  redisRestToken: string | undefined;
+  close(): Promise<void>;
+};
+
+/** Postgres (a fresh database on `databaseUrl`'s server, or embedded), its bridge, and Redis' when `redisUrl` is set. */
+export async function startTestServices({
+  databaseUrl,
+  redisUrl,
+}: {
+  databaseUrl?: string | undefined;
+  redisUrl?: string | undefined;
+} = {}): Promise<TestServices> {
+  const closers: (() => Promise<void>)[] = [];
+  try {
+    let url: string;
+    if (databaseUrl) {
+      const fresh = await freshDatabase(databaseUrl);
+      closers.push(() => fresh.drop());
+      url = fresh.url;
+    } else {
+      const embedded = await startEmbeddedPostgres();
+      closers.push(() => embedded.close());
+      url = embedded.url;
+    }
+    await applyMigrations(url);
+    const target = new URL(url);
+    const bridge = await startWsBridge({ allow: [`${target.hostname}:${target.port || 5432}`] });
+    closers.push(() => bridge.close());
+    let redis: RedisRestBridge | undefined;
+    if (redisUrl) {
+      const rest = await startRedisRestBridge({ redisUrl, token: randomBytes(16).toString('hex') });
+      closers.push(() => rest.close());
+      redis = rest;
+    }
+    return {
+      databaseUrl: url,
+      pgWsProxy: bridge.proxy,
+      redisRestUrl: redis?.url,
+      redisRestToken: redis?.token,
+      async close() {
+        for (const close of closers.reverse()) {
+          await close().catch(() => {});
+        }
+      },
+    };
+  } catch (error) {
+    for (const close of closers.reverse()) {
+      await close().catch(() => {});
+    }
+    throw error;
+  }
+}

@@ -1,0 +1,144 @@
+#!/usr/bin/env tsx
+// `npm run loadtest -- --url <deployment> --stock 100 --users 2000 ...`: a full-link stress test
+// of a running deployment (local or remote) through the real shopper flow, then a verdict on
+// the invariants read back through the admin API. See USAGE in lib/load/options.ts.
+import { type AdminApi, adminApi, LOAD_TEST_LIMITS } from './lib/load/admin.ts';
+import type { Limits } from './lib/load/contract.ts';
+import { type Progress, runShopperLoad } from './lib/load/flow.ts';
+import { type HttpClient, httpClient } from './lib/load/http-client.ts';
+import { fmt } from './lib/load/metrics.ts';
+import { isUsageError, type LoadOptions, parseLoadOptions, USAGE } from './lib/load/options.ts';
+import { formatLoadReport, loadReport, progressLine, type RunGoods } from './lib/load/report.ts';
+import { devShoppers, readJwtFile, type Shopper } from './lib/load/shoppers.ts';
+import { loadVerdict, verifyOrders } from './lib/load/verdict.ts';
+
+const say = (line: string) => process.stderr.write(`${line}\n`);
+
+async function main(): Promise<number> {
+  let options: ReturnType<typeof parseLoadOptions>;
+  try {
+    options = parseLoadOptions(process.argv.slice(2));
+  } catch (error) {
+    if (isUsageError(error)) {
+      say(`${error.message}\n\n${USAGE}`);
+      return 2;
+    }
+    throw error;
+  }
+  if (options.help) {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  // Pollers and order checks run beside the shoppers; give them sockets of their own.
+  const http = httpClient(options.url, {
+    maxSockets: options.concurrency + Math.ceil(options.concurrency / 10) + 1,
+    timeoutMs: options.timeoutMs,
+  });
+  const admin = adminApi(http, options.adminToken);
+  let restoreLimits: Limits | undefined;
+  const restore = async () => {
+    if (restoreLimits) {
+      const previous = restoreLimits;
+      restoreLimits = undefined;
+      await admin.setLimits(previous).then(
+        () => say('Limits restored.'),
+        (error: unknown) =>
+          say(
+            `Could not restore the limits (${error instanceof Error ? error.message : String(error)}); set them back with PUT /admin/limits: ${JSON.stringify(previous)}`,
+          ),
+      );
+    }
+  };
+  const onSignal = () => {
+    say('Interrupted.');
+    void restore().finally(() => process.exit(130));
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  try {
+    return await run(options, http, admin, (limits) => {
+      restoreLimits = limits;
+    });
+  } finally {
+    await restore();
+    http.close();
+  }
+}
+
+async function run(options: LoadOptions, http: HttpClient, admin: AdminApi, rememberLimits: (limits: Limits) => void): Promise<number> {
+  let goods: RunGoods;
+  if (options.stock !== undefined) {
+    const created = await admin.createGoods({ stock: options.stock, title: `Load test ${new Date().toISOString()}` });
+    goods = { goodsId: created.goodsId, created: true, stock: options.stock };
+    say(`Created goods ${goods.goodsId} with ${fmt(options.stock)} units.`);
+  } else if (options.goodsId !== undefined) {
+    const stats = await admin.stats(options.goodsId);
+    goods = { goodsId: options.goodsId, created: false, stock: stats.totalStock };
+  } else {
+    throw new Error('no goods to buy: give --stock or --goods-id');
+  }
+
+  let shoppers: Shopper[];
+  if (options.jwtFile) {
+    shoppers = await readJwtFile(options.jwtFile);
+    if (options.users !== undefined) {
+      if (shoppers.length < options.users) {
+        throw new Error(`${options.jwtFile} holds ${shoppers.length} shoppers, --users asks for ${options.users}`);
+      }
+      shoppers = shoppers.slice(0, options.users);
+    }
+  } else {
+    const count = options.users ?? 1000;
+    const prefix = `lt${Date.now().toString(36)}`;
+    say(`Signing in ${fmt(count)} shoppers (POST /api/dev/token)...`);
+    shoppers = await devShoppers(http, { count, prefix, concurrency: options.concurrency });
+  }
+
+  if (options.raiseLimits) {
+    rememberLimits(await admin.getLimits());
+    await admin.setLimits(LOAD_TEST_LIMITS);
+    say(`Limits raised for the run: ${JSON.stringify(LOAD_TEST_LIMITS)}`);
+  }
+
+  say(`Preparing the first wave (${fmt(Math.min(options.lookahead, shoppers.length))} shoppers answer their challenge), then buying...`);
+  let previous: Progress | undefined;
+  const load = await runShopperLoad({
+    http,
+    goodsId: goods.goodsId,
+    shoppers,
+    concurrency: options.concurrency,
+    durationS: options.durationS,
+    requests: options.requests,
+    duplicates: options.duplicates,
+    retries: options.retries,
+    malformed: options.malformed,
+    lookahead: options.lookahead,
+    pollIntervalMs: options.pollIntervalMs,
+    settleTimeoutMs: options.settleTimeoutMs,
+    turnstileToken: options.turnstileToken,
+    onTick: (p) => {
+      say(progressLine(p, previous));
+      previous = p;
+    },
+  });
+  say(`Load done in ${fmt(load.loadMs / 1000, 1)} s; waiting for the orders to settle...`);
+  const { stats, atRest } = await admin.waitAtRest(goods.goodsId, { timeoutMs: options.settleTimeoutMs });
+  if (!stats) {
+    throw new Error(`the stats of goods ${goods.goodsId} could not be read`);
+  }
+  const orders = await verifyOrders(http, goods.goodsId, load.accepted, load.acceptedJwts, options.concurrency);
+  const verdict = loadVerdict({ stats, atRest, load, orders, createdGoods: goods.created });
+  const report = loadReport({ options, goods, shoppers: shoppers.length, load, stats, verdict, staleRetries: http.staleRetries });
+  process.stdout.write(options.json ? `${JSON.stringify(report, null, 2)}\n` : `\n${formatLoadReport(report)}\n`);
+  return verdict.ok ? 0 : 1;
+}
+
+main().then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (error: unknown) => {
+    say(`loadtest: ${error instanceof Error ? error.message : String(error)}`);
+    process.exitCode = 2;
+  },
+);
