@@ -2,7 +2,7 @@
 // `npm run bench`: the Worker's throughput on this machine, in one run, one load generator, one
 // connection count. Phases: warm-up; floor (GET /api/health); purchases while stock lasts;
 // the consumer draining them; sold-out answers; the consumer on a backlog beside a plain-INSERT
-// floor; the invariants. See BENCH_USAGE in lib/bench/options.ts and "Performance" in README.md.
+// floor; the invariants. See BENCH_USAGE in lib/bench/options.ts and docs/performance.md.
 import { randomBytes } from 'node:crypto';
 import { loadavg } from 'node:os';
 import { type PhaseRequest, runPhase } from './lib/bench/cannon.ts';

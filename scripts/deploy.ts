@@ -61,7 +61,7 @@ const listed = wrangler(['secret', 'list', '--env', env, '--format', 'json'], { 
 if (listed.status !== 0) {
   fail(
     `could not list the secrets of ${config.name} (exit ${listed.status}). Logged in (npx wrangler login)? ` +
-      `First deploy: put the secrets first, which creates the Worker (README: Deploying to Cloudflare).`,
+      `First deploy: put the secrets first, which creates the Worker (docs/deploying.md).`,
   );
 }
 let secretNames: string[] = [];
