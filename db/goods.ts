@@ -1,5 +1,5 @@
 import { and, asc, eq, gt, sql } from 'drizzle-orm';
-import type { CreateGoodsBody, GoodsInit } from '../workers/schemas';
+import type { CreateGoodsBody, GoodsInit } from '../workers/kernel/contract';
 import type { Db } from './client';
 import { ORDER_STATUS, seckillGoods, seckillOrder } from './schema';
 

@@ -1,6 +1,6 @@
 import { and, asc, count, eq, inArray, lte } from 'drizzle-orm';
+import type { PaymentCallbackBody } from '../workers/kernel/contract';
 import { decidePaymentEvent, type EventOutcome, isPaymentStatus, type PaymentStatus } from '../workers/payments/decide';
-import type { PaymentCallbackBody } from '../workers/schemas';
 import type { Db } from './client';
 import type { OrderRow } from './lifecycle';
 import { ORDER_STATUS, payment, paymentEvent, refund, seckillOrder } from './schema';

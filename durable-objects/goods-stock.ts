@@ -1,15 +1,8 @@
 import { DurableObject } from 'cloudflare:workers';
 import { withDb } from '../db/client';
 import { findGoods, toGoodsInit } from '../db/goods';
-import { getConfig } from '../workers/config';
-import { log } from '../workers/log';
-import { scheduleMetricsFlush } from '../workers/metrics/flush';
-import { count } from '../workers/metrics/registry';
-import type { MirrorExpectation } from '../workers/mirror/compare';
-import { FINAL_TTL_SECONDS } from '../workers/mirror/keys';
-import { holderCount, holderIds, recentResults } from '../workers/mirror/object-state';
-import type { MirrorFullState, MirrorGoods } from '../workers/mirror/plan';
-import { type MirrorCheck, MirrorSync } from '../workers/mirror/sync';
+import { backoffSeconds } from '../workers/kernel/backoff';
+import { getConfig } from '../workers/kernel/config';
 import type {
   FailReason,
   GoodsInit,
@@ -19,8 +12,16 @@ import type {
   ResultView,
   Settlement,
   StockSnapshot,
-} from '../workers/schemas';
-import { backoffSeconds, decide, orderNumber, type PriorAnswer, type ReservationView, type SaleState } from './reservation';
+} from '../workers/kernel/contract';
+import { log } from '../workers/kernel/log';
+import { scheduleMetricsFlush } from '../workers/metrics/flush';
+import { count } from '../workers/metrics/registry';
+import type { MirrorExpectation } from '../workers/mirror/compare';
+import { FINAL_TTL_SECONDS } from '../workers/mirror/keys';
+import { holderCount, holderIds, recentResults } from '../workers/mirror/object-state';
+import type { MirrorFullState, MirrorGoods } from '../workers/mirror/plan';
+import { type MirrorCheck, MirrorSync } from '../workers/mirror/sync';
+import { decide, orderNumber, type PriorAnswer, type ReservationView, type SaleState } from './reservation';
 
 const SCHEMA_VERSION = 1;
 /** The outbox's safety net: if the immediate flush did not empty it, the alarm retries. */

@@ -1,4 +1,4 @@
-import type { FailReason, ReserveItem } from '../workers/schemas';
+import type { FailReason, ReserveItem } from '../workers/kernel/contract';
 
 // The seed's Lua script as plain functions over plain state: window, pause, token, per-user
 // dedupe, stock. The Durable Object reads the view from its SQLite tables, calls `decide`,
@@ -56,11 +56,6 @@ export function decide(view: ReservationView, item: ReserveItem, now: number): D
     return { kind: 'reject', reason: 'SOLD_OUT', spendToken: true };
   }
   return { kind: 'accept' };
-}
-
-/** Seconds to wait before retry number `attempt` (1-based): 1, 2, 4, ... capped. */
-export function backoffSeconds(attempt: number, capSeconds = 300): number {
-  return Math.min(capSeconds, 2 ** Math.max(0, attempt - 1));
 }
 
 /** Order number shown to shoppers: date, goods and the object's sequence. */

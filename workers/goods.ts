@@ -1,9 +1,9 @@
 import { type Db, withDb } from '../db/client';
 import { type GoodsRow, listCurrentGoods } from '../db/goods';
-import type { Config } from './config';
-import { AppError } from './errors';
-import { log } from './log';
-import type { StockSnapshot } from './schemas';
+import type { Config } from './kernel/config';
+import type { StockSnapshot } from './kernel/contract';
+import { AppError } from './kernel/errors';
+import { log } from './kernel/log';
 
 /** How long an isolate trusts its copy of the goods list. */
 const GOODS_TTL_MS = 5_000;

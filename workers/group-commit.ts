@@ -1,3 +1,5 @@
+import { sleep } from './kernel/sleep';
+
 /**
  * Group commit at the edge: concurrent calls of one isolate to the same Durable Object go as
  * one batch, in one RPC (Alibaba's hot-row group commit, moved in front of the object).
@@ -68,8 +70,6 @@ export class WaitedTooLong extends Error {
 
 /** A call told to lead that has not sent within this long is taken to be gone. */
 const LEAD_GRACE_MS = 50;
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 export class GroupCommit<In, Out> {
   private readonly lanes = new Map<string, Lane<In, Out>>();

@@ -1,6 +1,6 @@
 import { runScheduled } from './cron';
 import { createApp } from './http/app';
-import { log } from './log';
+import { log } from './kernel/log';
 import { handleQueue } from './queue';
 
 export { EdgeGuard } from '../durable-objects/edge-guard';

@@ -1,6 +1,6 @@
 import { GroupCommit, type WaitUntil } from './group-commit';
+import type { ReserveItem, ReserveOutcome } from './kernel/contract';
 import { goodsStock } from './routing';
-import type { ReserveItem, ReserveOutcome } from './schemas';
 
 /**
  * The edge's one way into a goods' stock object for purchases: group commit (see

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { fromBase64Url, hmacB64, randomId, safeEqual, toBase64Url } from './crypto';
+import { fromBase64Url, hmacB64, randomId, safeEqual, toBase64Url } from './kernel/crypto';
 
 // Stateless signed blobs: `base64url(json).base64url(hmac)`. Signatures are domain-separated
 // by a purpose prefix so a challenge can never be replayed as a purchase token. Single use

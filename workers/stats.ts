@@ -1,7 +1,7 @@
 import { countOrdersByStatus, findGoods } from '../db/goods';
 import { ORDER_STATUS, type OrderStatusName } from '../db/schema';
-import type { Config } from './config';
 import { db } from './goods';
+import type { Config } from './kernel/config';
 import { readStocks } from './mirror/client';
 import { countOpenDeadLetters } from './queue/dead-letters';
 import { goodsStock } from './routing';

@@ -2,9 +2,9 @@ import { describe, expect, it } from 'vitest';
 import { clientIp, clientKeys, ipKey } from '../../workers/defences/client-guard';
 import { type AdmitKey, GuardBook } from '../../workers/defences/guard-rules';
 import { admissionRate, applyPatch, DEFAULT_LIMITS, LimitsPatch, readStoredLimits } from '../../workers/defences/limits';
-import { leadingZeroBits, solvePow, verifyPow } from '../../workers/defences/pow';
 import { knownSoldOut, markInStock, markSoldOut, SOLD_OUT_TRUST_MS, soldOutNow } from '../../workers/defences/sold-out';
 import { SlidingLog, TokenBucket, WindowCounter } from '../../workers/defences/windows';
+import { leadingZeroBits, solvePow, verifyPow } from '../../workers/kernel/pow';
 
 const T0 = 1_700_000_000_000;
 

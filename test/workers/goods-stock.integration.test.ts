@@ -4,8 +4,8 @@ import { eq } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { seckillOrder } from '../../db/schema';
 import type { GoodsStock } from '../../durable-objects/goods-stock';
+import type { ReserveItem } from '../../workers/kernel/contract';
 import { goodsStock } from '../../workers/routing';
-import type { ReserveItem } from '../../workers/schemas';
 import { createGoods, eventually, settled, sql } from './helpers';
 
 let seq = 0;

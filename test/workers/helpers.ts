@@ -5,8 +5,8 @@ import { sql as drizzleSql } from 'drizzle-orm';
 import { expect } from 'vitest';
 import type { Db } from '../../db/client';
 import { withDb } from '../../db/client';
-import { hmacHex } from '../../workers/crypto';
 import worker from '../../workers/index';
+import { hmacHex } from '../../workers/kernel/crypto';
 import { consumeTimeouts } from '../../workers/queue/timeouts';
 import { goodsStock } from '../../workers/routing';
 

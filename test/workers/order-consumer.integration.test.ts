@@ -5,9 +5,9 @@ import { describe, expect, it } from 'vitest';
 import { seckillGoods, seckillOrder } from '../../db/schema';
 import type { GoodsStock } from '../../durable-objects/goods-stock';
 import worker from '../../workers/index';
+import type { OrderMessage, ReserveItem, TimeoutMessage } from '../../workers/kernel/contract';
 import { groupByGoods } from '../../workers/queue/orders';
 import { goodsStock } from '../../workers/routing';
-import type { OrderMessage, ReserveItem, TimeoutMessage } from '../../workers/schemas';
 import { createGoods, sql, stats } from './helpers';
 
 let seq = 0;

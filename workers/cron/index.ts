@@ -1,7 +1,7 @@
 import { withDb } from '../../db/client';
-import { getConfig } from '../config';
 import { dbOptions } from '../goods';
-import { log } from '../log';
+import { getConfig } from '../kernel/config';
+import { log } from '../kernel/log';
 import { flushMetrics } from '../metrics/flush';
 import { closeOverdueOrders } from './overdue';
 import { prewarmGoods } from './prewarm';

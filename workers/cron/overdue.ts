@@ -2,8 +2,8 @@ import { and, asc, eq, lte } from 'drizzle-orm';
 import type { Db } from '../../db/client';
 import { closePendingOrder } from '../../db/lifecycle';
 import { ORDER_STATUS, seckillOrder } from '../../db/schema';
-import { getConfig } from '../config';
-import { log } from '../log';
+import { getConfig } from '../kernel/config';
+import { log } from '../kernel/log';
 import { retryPendingRefunds } from '../payments/refunds';
 import { releaseOrRepair } from '../queue/timeouts';
 

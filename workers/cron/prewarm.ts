@@ -1,6 +1,6 @@
 import type { Db } from '../../db/client';
 import { listCurrentGoods, toGoodsInit } from '../../db/goods';
-import { log } from '../log';
+import { log } from '../kernel/log';
 import { goodsStock } from '../routing';
 
 /** Goods starting within this window are pre-warmed. */

@@ -2,11 +2,11 @@ import { and, count as countRows, eq, lte } from 'drizzle-orm';
 import type { Db } from '../../db/client';
 import { countLiveOrders, findGoods, type GoodsRow, listCurrentGoods, toGoodsInit } from '../../db/goods';
 import { ORDER_STATUS, reconciliationReport, seckillOrder } from '../../db/schema';
-import { log } from '../log';
+import type { StockSnapshot } from '../kernel/contract';
+import { log } from '../kernel/log';
 import { count } from '../metrics/registry';
 import { countOpenDeadLetters } from '../queue/dead-letters';
 import { goodsStock } from '../routing';
-import type { StockSnapshot } from '../schemas';
 import { closeOverdueOrders, OVERDUE_GRACE_MS } from './overdue';
 import { PREWARM_AHEAD_MS } from './prewarm';
 

@@ -1,5 +1,6 @@
-import { AppError } from '../errors';
-import { log } from '../log';
+import { AppError } from '../kernel/errors';
+import { log } from '../kernel/log';
+import { sleep } from '../kernel/sleep';
 import { admissionGate } from './guard-routing';
 
 // Admission control: each goods lets at most `rate` requests per second through to its stock
@@ -50,8 +51,6 @@ function takeLocal(p: Pool, now: number): boolean {
   }
   return false;
 }
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /**
  * Waits for a permit to reach the goods' object, or throws 503 BUSY. Never waits on another

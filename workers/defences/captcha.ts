@@ -1,10 +1,10 @@
-import type { Config } from '../config';
-import { randomId, safeEqual } from '../crypto';
-import { AppError } from '../errors';
-import type { TokenBody } from '../schemas';
+import type { Config } from '../kernel/config';
+import type { TokenBody } from '../kernel/contract';
+import { randomId, safeEqual } from '../kernel/crypto';
+import { AppError } from '../kernel/errors';
+import { POW_ALGORITHM, verifyPow } from '../kernel/pow';
 import { answerHash, type Challenge, openChallenge, sealChallenge } from '../signed';
 import { guardShard } from './guard-routing';
-import { POW_ALGORITHM, verifyPow } from './pow';
 import { verifyTurnstile } from './turnstile';
 
 // Which challenge a shopper gets: Turnstile when TURNSTILE_SECRET_KEY/SITE_KEY are configured,

@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import { AppError } from '../errors';
 import { GroupCommit, type WaitUntil } from '../group-commit';
-import { log } from '../log';
+import { AppError } from '../kernel/errors';
+import { log } from '../kernel/log';
 import { guardShardByName, guardShardName } from '../routing';
 import type { AdmitKey, AdmitVerdict, BanPolicy } from './guard-rules';
 import type { Limits } from './limits';

@@ -1,6 +1,6 @@
 import { createMiddleware } from 'hono/factory';
-import { AppError } from '../errors';
 import type { AppEnv } from '../http/context';
+import { AppError } from '../kernel/errors';
 
 const JSON_MEDIA = /^application\/([\w.-]+\+)?json$/i;
 

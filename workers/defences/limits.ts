@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { AppError } from '../errors';
-import { log } from '../log';
+import { AppError } from '../kernel/errors';
+import { log } from '../kernel/log';
 import { limitsStore } from './guard-routing';
 
 // The traffic switch (流量开关): every edge limit lives in one durable record and can be

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { log } from '../log';
+import { log } from '../kernel/log';
 
 // Cloudflare Turnstile, checked server-side with siteverify. A Turnstile token is single-use
 // and lives 300 s at Cloudflare; the purchase token is issued only after a success, so the

@@ -1,8 +1,8 @@
 import { Hono } from 'hono';
-import { AppError, type ErrorCode } from '../errors';
 import { db } from '../goods';
+import { DeadLetterParam, DeadLetterQuery, RedriveGoodsBody } from '../kernel/contract';
+import { AppError, type ErrorCode } from '../kernel/errors';
 import { type DeadLetterRow, listDeadLetters, type RedriveResult, redriveDeadLetter } from '../queue/dead-letters';
-import { DeadLetterParam, DeadLetterQuery, RedriveGoodsBody } from '../schemas';
 import { adminAuth } from './auth';
 import type { AppEnv } from './context';
 import { valid } from './validate';

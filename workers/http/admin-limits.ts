@@ -4,7 +4,7 @@ import { forgetLocalBan, ipKey } from '../defences/client-guard';
 import { allGuardShards, guardShard, limitsStore } from '../defences/guard-routing';
 import { requireJson } from '../defences/input';
 import { LimitsPatch, rememberLimits } from '../defences/limits';
-import { UserId } from '../schemas';
+import { UserId } from '../kernel/contract';
 import { adminAuth } from './auth';
 import type { AppEnv } from './context';
 import { valid } from './validate';

@@ -1,13 +1,13 @@
 import { Hono } from 'hono';
 import { withDb } from '../../db/client';
 import { reconcile } from '../cron/reconcile';
-import { AppError } from '../errors';
 import { dbOptions } from '../goods';
-import { log } from '../log';
+import { ReconcileQuery } from '../kernel/contract';
+import { AppError } from '../kernel/errors';
+import { log } from '../kernel/log';
 import { flushBeforeRead, metricsHub } from '../metrics/flush';
 import { collectGauges, gaugesUp } from '../metrics/gauges';
 import { PROMETHEUS_CONTENT_TYPE, renderPrometheus } from '../metrics/prometheus';
-import { ReconcileQuery } from '../schemas';
 import type { AppEnv } from './context';
 import { valid } from './validate';
 

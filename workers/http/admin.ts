@@ -1,10 +1,10 @@
 import { Hono } from 'hono';
 import { z } from 'zod';
 import { findGoods, insertGoods, setGoodsPaused, toGoodsInit } from '../../db/goods';
-import { AppError } from '../errors';
 import { db, goodsView, invalidateGoods } from '../goods';
+import { CreateGoodsBody, GoodsId } from '../kernel/contract';
+import { AppError } from '../kernel/errors';
 import { goodsStock } from '../routing';
-import { CreateGoodsBody, GoodsId } from '../schemas';
 import { goodsStats } from '../stats';
 import { adminOps } from './admin-ops';
 import { adminAuth } from './auth';

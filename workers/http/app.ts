@@ -1,10 +1,10 @@
 import { Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
-import { ConfigError, getConfig } from '../config';
-import { randomId } from '../crypto';
-import { AppError, type ErrorCode, errorBody } from '../errors';
-import { log } from '../log';
+import { ConfigError, getConfig } from '../kernel/config';
+import { randomId } from '../kernel/crypto';
+import { AppError, type ErrorCode, errorBody } from '../kernel/errors';
+import { log } from '../kernel/log';
 import { requestMetrics } from '../metrics/middleware';
 import { admin } from './admin';
 import { adminDeadLetters } from './admin-dead-letters';

@@ -1,7 +1,7 @@
 import { createMiddleware } from 'hono/factory';
-import { safeEqual } from '../crypto';
-import { AppError } from '../errors';
-import { UserId } from '../schemas';
+import { UserId } from '../kernel/contract';
+import { safeEqual } from '../kernel/crypto';
+import { AppError } from '../kernel/errors';
 import type { AppEnv } from './context';
 import { verifyShopperToken } from './shopper-jwt';
 

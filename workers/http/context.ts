@@ -1,5 +1,5 @@
 import type { Context } from 'hono';
-import type { Config } from '../config';
+import type { Config } from '../kernel/config';
 
 /** Hono environment shared by every sub-app. */
 export type AppEnv = {

@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { sign } from 'hono/jwt';
-import { AppError } from '../errors';
-import { DevTokenBody } from '../schemas';
+import { DevTokenBody } from '../kernel/contract';
+import { AppError } from '../kernel/errors';
 import type { AppEnv } from './context';
 import { valid } from './validate';
 

@@ -1,29 +1,18 @@
 import { Hono } from 'hono';
 import { closePendingOrder, findOrder, type OrderRow } from '../../db/lifecycle';
 import { createPayment, markPaymentFailed } from '../../db/payments';
-import { ORDER_STATUS, type OrderStatusName } from '../../db/schema';
-import { randomId } from '../crypto';
-import { AppError } from '../errors';
 import { db } from '../goods';
-import { log } from '../log';
+import { OrderParam, PayBody } from '../kernel/contract';
+import { randomId } from '../kernel/crypto';
+import { AppError } from '../kernel/errors';
+import { log } from '../kernel/log';
+import { ORDER_STATUS, orderStatusName } from '../kernel/order-status';
 import { activeProvider } from '../payments';
 import type { StartedPayment } from '../payments/provider';
 import { releaseOrRepair } from '../queue/timeouts';
-import { OrderParam, PayBody } from '../schemas';
 import { shopperAuth } from './auth';
 import type { AppEnv } from './context';
 import { valid } from './validate';
-
-const STATUS_NAME = new Map<number, OrderStatusName>(Object.entries(ORDER_STATUS).map(([name, code]) => [code, name as OrderStatusName]));
-
-/** The contract's name of an order status code. */
-export function orderStatusName(code: number): OrderStatusName {
-  const name = STATUS_NAME.get(code);
-  if (!name) {
-    throw new Error(`order status ${code} is unknown`);
-  }
-  return name;
-}
 
 /** The contract's order shape. */
 export function orderView(o: OrderRow) {

@@ -1,14 +1,14 @@
 import { Hono } from 'hono';
 import { applyPaymentEvent } from '../../db/payments';
-import { AppError } from '../errors';
 import { db } from '../goods';
-import { log } from '../log';
+import { AppError } from '../kernel/errors';
+import { log } from '../kernel/log';
+import { orderStatusName } from '../kernel/order-status';
 import { providerNamed } from '../payments';
 import { executeRefund } from '../payments/refunds';
 import { sandboxRoutes } from '../payments/sandbox-routes';
 import { parseWebhookBody, verifyWebhookSignature } from '../payments/webhook';
 import type { AppEnv } from './context';
-import { orderStatusName } from './orders';
 
 /** The payment provider's webhook (and, in local builds, the sandbox provider's pages). */
 export const payments = new Hono<AppEnv>().post('/callback', async (c) => {

@@ -6,10 +6,10 @@ import type { HonoJsonWebKey } from 'hono/utils/jwt/jws';
 import { decodeHeader } from 'hono/utils/jwt/jwt';
 import type { JWTPayload } from 'hono/utils/jwt/types';
 import { z } from 'zod';
-import type { ShopperAuthConfig } from '../config';
-import { hmacKey } from '../crypto';
-import { AppError } from '../errors';
-import { log } from '../log';
+import type { ShopperAuthConfig } from '../kernel/config';
+import { hmacKey } from '../kernel/crypto';
+import { AppError } from '../kernel/errors';
+import { log } from '../kernel/log';
 
 const ASYMMETRIC = ['RS256', 'ES256'] as const;
 const KEYS_TTL_MS = 10 * 60_000;

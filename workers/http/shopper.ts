@@ -1,19 +1,13 @@
 import { Hono } from 'hono';
 import { z } from 'zod';
 import type { GoodsRow } from '../../db/goods';
-import { randomId, sha256B64 } from '../crypto';
 import { acquirePermit, enterInFlight } from '../defences/admission';
 import { issueChallenge, passChallenge } from '../defences/captcha';
 import { requireJson } from '../defences/input';
 import { admissionRate, currentLimits } from '../defences/limits';
 import { edgeShield, saleGuard } from '../defences/middleware';
 import { knownSoldOut, markInStock, markSoldOut, soldOutNow } from '../defences/sold-out';
-import { AppError, type ErrorCode } from '../errors';
 import { currentGoods, getGoods, goodsView } from '../goods';
-import { log } from '../log';
-import { mirroredResult, readRemaining } from '../mirror/read';
-import { reserve } from '../reserve-client';
-import { goodsStock } from '../routing';
 import {
   type FailReason,
   GoodsId,
@@ -23,7 +17,13 @@ import {
   type ReserveOutcome,
   type StockSnapshot,
   TokenBody,
-} from '../schemas';
+} from '../kernel/contract';
+import { randomId, sha256B64 } from '../kernel/crypto';
+import { AppError, type ErrorCode } from '../kernel/errors';
+import { log } from '../kernel/log';
+import { mirroredResult, readRemaining } from '../mirror/read';
+import { reserve } from '../reserve-client';
+import { goodsStock } from '../routing';
 import { issuePurchaseToken, verifyPurchase } from '../signed';
 import { shopperAuth } from './auth';
 import { type AppEnv, waitUntilOf } from './context';

@@ -1,4 +1,5 @@
-import { log } from '../log';
+import { log } from '../kernel/log';
+import { sleep } from '../kernel/sleep';
 import { hasPending, type MetricsDelta, restoreDelta, takeDelta } from './registry';
 
 /** An isolate ships its deltas at most this often (plus once per scrape). */
@@ -56,7 +57,7 @@ export function scheduleMetricsFlush(env: Env, waitUntil: (p: Promise<unknown>) 
   }
   delayedSince = Date.now();
   waitUntil(
-    new Promise((resolve) => setTimeout(resolve, wait)).then(() => {
+    sleep(wait).then(() => {
       delayedSince = 0;
       return flushMetrics(env);
     }),
@@ -70,7 +71,7 @@ export function scheduleMetricsFlush(env: Env, waitUntil: (p: Promise<unknown>) 
 export async function flushBeforeRead(env: Env, maxWaitMs = 1_000): Promise<void> {
   const deadline = Date.now() + maxWaitMs;
   while (inFlight > 0 && Date.now() < deadline) {
-    await new Promise((resolve) => setTimeout(resolve, 5));
+    await sleep(5);
   }
   await flushMetrics(env);
 }

@@ -1,8 +1,9 @@
 import { count as countRows, desc, inArray, isNull } from 'drizzle-orm';
 import type { Db } from '../../db/client';
 import { deadLetter, ORDER_STATUS, reconciliationReport, seckillOrder } from '../../db/schema';
-import type { Config } from '../config';
 import { goodsInScope } from '../cron/reconcile';
+import type { Config } from '../kernel/config';
+import { knownStatusName } from '../kernel/order-status';
 import { readStocks } from '../mirror/client';
 import { goodsStock } from '../routing';
 import type { GaugeFamily, GaugeSample } from './prometheus';
@@ -10,8 +11,6 @@ import type { GaugeFamily, GaugeSample } from './prometheus';
 // Values read live at scrape time rather than counted: stock as each side sees it, what is
 // in flight, orders by status, dead letters, the last reconciliation. A scrape costs a few
 // Postgres queries, one snapshot per current goods and one Redis MGET.
-
-const STATUS_NAME = Object.fromEntries(Object.entries(ORDER_STATUS).map(([name, code]) => [code, name])) as Record<number, string>;
 
 function family(name: string, help: string, samples: GaugeSample[]): GaugeFamily {
   return { name, help, samples };
@@ -87,7 +86,7 @@ export async function collectGauges(env: Env, config: Config, db: Db, now: numbe
     }
   }
   for (const o of orders) {
-    if (!STATUS_NAME[o.status]) {
+    if (!knownStatusName(o.status)) {
       orderSamples.push({ labels: { goods_id: String(o.goodsId), status: `code_${o.status}` }, value: o.n });
     }
   }

@@ -2,9 +2,9 @@ import type { Context } from 'hono';
 import { createMiddleware } from 'hono/factory';
 import { HTTPException } from 'hono/http-exception';
 import { matchedRoutes } from 'hono/route';
-import { AppError } from '../errors';
 import { type AppEnv, waitUntilOf } from '../http/context';
-import { log } from '../log';
+import { AppError } from '../kernel/errors';
+import { log } from '../kernel/log';
 import { scheduleMetricsFlush } from './flush';
 import { count, observe } from './registry';
 

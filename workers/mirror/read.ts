@@ -1,6 +1,6 @@
-import type { Config } from '../config';
+import type { Config } from '../kernel/config';
+import { FAIL_REASONS, type FailReason, type ResultView, type StockSnapshot } from '../kernel/contract';
 import { goodsStock } from '../routing';
-import { FAIL_REASONS, type FailReason, type ResultView, type StockSnapshot } from '../schemas';
 import { readResult, readStocks } from './client';
 
 // Shopper reads that try the mirror first and fall back to the goods' object, so polling

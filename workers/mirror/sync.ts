@@ -1,4 +1,4 @@
-import { log } from '../log';
+import { log } from '../kernel/log';
 import { MirrorSkipped, type MirrorView, mirrorRetryAt, type RedisConfig, readMirrorView, writeMirror } from './client';
 import { compareMirror, type MirrorDiscrepancy, type MirrorExpectation } from './compare';
 import { deltaOps, emptyDelta, fullOps, isEmptyDelta, type MirrorFullState, type MirrorGoods, type MirrorResult } from './plan';

@@ -2,12 +2,12 @@ import { Hono } from 'hono';
 import { z } from 'zod';
 import { findOrder } from '../../db/lifecycle';
 import { findPayment } from '../../db/payments';
-import { AppError } from '../errors';
 import { db } from '../goods';
 import { shopperAuth } from '../http/auth';
 import type { AppEnv } from '../http/context';
 import { valid } from '../http/validate';
-import { PaymentId, SandboxCompleteBody } from '../schemas';
+import { PaymentId, SandboxCompleteBody } from '../kernel/contract';
+import { AppError } from '../kernel/errors';
 import { deliverWebhook, SANDBOX, sandboxEvent } from './sandbox';
 
 const PaymentParam = z.object({ paymentId: PaymentId });

@@ -1,10 +1,10 @@
 import { and, count, desc, eq, isNotNull, isNull, sql } from 'drizzle-orm';
 import { type Db, withDb } from '../../db/client';
 import { deadLetter } from '../../db/schema';
-import { getConfig } from '../config';
 import { dbOptions } from '../goods';
-import { log } from '../log';
-import { OrderMessage, TimeoutMessage } from '../schemas';
+import { getConfig } from '../kernel/config';
+import { OrderMessage, TimeoutMessage } from '../kernel/contract';
+import { log } from '../kernel/log';
 
 export type DeadLetterRow = typeof deadLetter.$inferSelect;
 export type SourceQueue = 'orders' | 'timeouts' | 'unknown';

@@ -1,17 +1,14 @@
 import { httpDb } from '../../db/client';
 import { type WriteResult, writeOrders } from '../../db/orders';
-import { backoffSeconds } from '../../durable-objects/reservation';
-import { type Config, getConfig } from '../config';
 import { dbOptions } from '../goods';
-import { log } from '../log';
+import { backoffSeconds, queueDelay } from '../kernel/backoff';
+import { type Config, getConfig } from '../kernel/config';
+import { OrderMessage, type Settlement, type TimeoutMessage } from '../kernel/contract';
+import { log } from '../kernel/log';
 import { flushMetrics } from '../metrics/flush';
 import { observeQueueLag } from '../metrics/queue';
 import { count } from '../metrics/registry';
 import { goodsStock } from '../routing';
-import { OrderMessage, type Settlement, type TimeoutMessage } from '../schemas';
-
-/** Queues cap a message's delay at 12 hours. */
-const MAX_DELAY_SECONDS = 43_200;
 
 export type Parsed<T> = { message: Message<unknown>; body: T };
 
@@ -124,7 +121,7 @@ async function scheduleTimeouts(env: Env, items: Parsed<OrderMessage>[], results
       return [];
     }
     const timeout: TimeoutMessage = { v: 1, kind: 'pay-timeout', orderId: r.orderId, goodsId: body.goodsId };
-    return [{ body: timeout, contentType: 'json' as const, delaySeconds: Math.min(MAX_DELAY_SECONDS, body.payTimeoutSeconds) }];
+    return [{ body: timeout, contentType: 'json' as const, delaySeconds: queueDelay(body.payTimeoutSeconds) }];
   });
   const sends: Promise<unknown>[] = [];
   for (let i = 0; i < messages.length; i += 100) {

@@ -1,16 +1,14 @@
 import { withDb } from '../../db/client';
 import { closePendingOrder, type OrderRow } from '../../db/lifecycle';
 import { ORDER_STATUS } from '../../db/schema';
-import { backoffSeconds } from '../../durable-objects/reservation';
-import { getConfig } from '../config';
 import { markInStock } from '../defences/sold-out';
 import { dbOptions } from '../goods';
-import { log } from '../log';
+import { backoffSeconds, queueDelay } from '../kernel/backoff';
+import { getConfig } from '../kernel/config';
+import { TimeoutMessage } from '../kernel/contract';
+import { log } from '../kernel/log';
 import { goodsStock } from '../routing';
-import { TimeoutMessage } from '../schemas';
 
-/** Queues cap a message's delay at 12 hours. */
-export const MAX_DELAY_SECONDS = 43_200;
 /** A failed release is repeated through the timeout queue after this long. */
 const REPAIR_DELAY_SECONDS = 10;
 
@@ -75,7 +73,7 @@ export async function consumeTimeouts(batch: MessageBatch<unknown>, env: Env, no
         const result = await closePendingOrder(db, parsed.data.orderId, ORDER_STATUS.CLOSED_TIMEOUT, at);
         if (result.kind === 'not-yet-due') {
           const wait = Math.ceil((result.order.payDeadline.getTime() - at) / 1000);
-          message.retry({ delaySeconds: Math.min(MAX_DELAY_SECONDS, Math.max(1, wait)) });
+          message.retry({ delaySeconds: queueDelay(wait, 1) });
           continue;
         }
         if (result.kind === 'closed' || result.kind === 'already-closed') {
