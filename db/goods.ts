@@ -1,5 +1,6 @@
-import { and, asc, eq, gt, sql } from 'drizzle-orm';
+import { and, asc, count, eq, gt, inArray, sql } from 'drizzle-orm';
 import type { CreateGoodsBody, GoodsInit } from '../workers/kernel/contract';
+import { PREWARM_AHEAD_MS, RECONCILE_ENDED_WITHIN_MS } from '../workers/kernel/schedule';
 import type { Db } from './client';
 import { ORDER_STATUS, seckillGoods, seckillOrder } from './schema';
 
@@ -43,6 +44,12 @@ export function listCurrentGoods(db: Db, now: number, endedWithinMs = 0): Promis
     .limit(500);
 }
 
+/** Goods on sale, about to start (pre-warmed), or ended within the last hour: what reconciliation and the gauges look at. */
+export async function listGoodsInScope(db: Db, now: number): Promise<GoodsRow[]> {
+  const rows = await listCurrentGoods(db, now, RECONCILE_ENDED_WITHIN_MS);
+  return rows.filter((r) => r.startAt.getTime() - now <= PREWARM_AHEAD_MS);
+}
+
 export async function setGoodsPaused(db: Db, goodsId: number, paused: boolean): Promise<GoodsRow | undefined> {
   const [row] = await db
     .update(seckillGoods)
@@ -60,6 +67,18 @@ export async function countOrdersByStatus(db: Db, goodsId: number): Promise<Reco
     .where(eq(seckillOrder.goodsId, goodsId))
     .groupBy(seckillOrder.status);
   return Object.fromEntries(rows.map((r) => [r.status, r.n]));
+}
+
+/** Order counts by goods and status code, for several goods at once. */
+export function countOrdersByGoodsAndStatus(db: Db, goodsIds: number[]): Promise<{ goodsId: number; status: number; n: number }[]> {
+  if (goodsIds.length === 0) {
+    return Promise.resolve([]);
+  }
+  return db
+    .select({ goodsId: seckillOrder.goodsId, status: seckillOrder.status, n: count() })
+    .from(seckillOrder)
+    .where(inArray(seckillOrder.goodsId, goodsIds))
+    .groupBy(seckillOrder.goodsId, seckillOrder.status);
 }
 
 /** Live (pending or paid) orders of one goods. */

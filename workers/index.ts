@@ -3,9 +3,9 @@ import { createApp } from './http/app';
 import { log } from './kernel/log';
 import { handleQueue } from './queue';
 
-export { EdgeGuard } from '../durable-objects/edge-guard';
-export { GoodsStock } from '../durable-objects/goods-stock';
-export { Metrics } from '../durable-objects/metrics';
+export { EdgeGuard } from '../durable-objects/edge-guard/index';
+export { GoodsStock } from '../durable-objects/goods-stock/index';
+export { Metrics } from '../durable-objects/metrics/index';
 
 const app = createApp();
 

@@ -3,9 +3,9 @@ import { env } from 'cloudflare:workers';
 import { eq } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { seckillOrder } from '../../db/schema';
-import type { GoodsStock } from '../../durable-objects/goods-stock';
+import type { GoodsStock } from '../../durable-objects/goods-stock/index';
+import { goodsStock } from '../../durable-objects/routing';
 import type { ReserveItem } from '../../workers/kernel/contract';
-import { goodsStock } from '../../workers/routing';
 import { createGoods, eventually, settled, sql } from './helpers';
 
 let seq = 0;

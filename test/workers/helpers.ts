@@ -5,10 +5,10 @@ import { sql as drizzleSql } from 'drizzle-orm';
 import { expect } from 'vitest';
 import type { Db } from '../../db/client';
 import { withDb } from '../../db/client';
+import { goodsStock } from '../../durable-objects/routing';
 import worker from '../../workers/index';
 import { hmacHex } from '../../workers/kernel/crypto';
 import { consumeTimeouts } from '../../workers/queue/timeouts';
-import { goodsStock } from '../../workers/routing';
 
 export const ADMIN = { authorization: `Bearer ${env.ADMIN_TOKEN}` };
 const BASE = 'https://seckill.test';

@@ -3,9 +3,10 @@ import { env } from 'cloudflare:workers';
 import { eq } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { seckillOrder } from '../../db/schema';
+import { goodsStock } from '../../durable-objects/routing';
 import { closeOverdueOrders } from '../../workers/cron/overdue';
-import { consumeTimeouts, releaseOrRepair } from '../../workers/queue/timeouts';
-import { goodsStock } from '../../workers/routing';
+import { releaseOrRepair } from '../../workers/edge/release';
+import { consumeTimeouts } from '../../workers/queue/timeouts';
 import {
   bearer,
   buyOrder,

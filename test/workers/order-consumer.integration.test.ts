@@ -3,11 +3,11 @@ import { env } from 'cloudflare:workers';
 import { eq } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { seckillGoods, seckillOrder } from '../../db/schema';
-import type { GoodsStock } from '../../durable-objects/goods-stock';
+import type { GoodsStock } from '../../durable-objects/goods-stock/index';
+import { goodsStock } from '../../durable-objects/routing';
 import worker from '../../workers/index';
 import type { OrderMessage, ReserveItem, TimeoutMessage } from '../../workers/kernel/contract';
 import { groupByGoods } from '../../workers/queue/orders';
-import { goodsStock } from '../../workers/routing';
 import { createGoods, sql, stats } from './helpers';
 
 let seq = 0;

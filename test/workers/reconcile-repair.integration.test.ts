@@ -3,9 +3,9 @@ import { env } from 'cloudflare:workers';
 import { desc, eq } from 'drizzle-orm';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { reconciliationReport, seckillGoods, seckillOrder } from '../../db/schema';
-import type { GoodsStock } from '../../durable-objects/goods-stock';
+import type { GoodsStock } from '../../durable-objects/goods-stock/index';
+import { goodsStock } from '../../durable-objects/routing';
 import worker from '../../workers/index';
-import { goodsStock } from '../../workers/routing';
 import {
   ADMIN,
   buy,

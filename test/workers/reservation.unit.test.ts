@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decide, orderNumber, type ReservationView, type SaleState } from '../../durable-objects/reservation';
+import { decide, orderNumber, type ReservationView, type SaleState } from '../../durable-objects/goods-stock/rules';
 import { backoffSeconds } from '../../workers/kernel/backoff';
 import type { ReserveItem } from '../../workers/kernel/contract';
 

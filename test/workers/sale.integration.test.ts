@@ -2,7 +2,7 @@ import { env } from 'cloudflare:workers';
 import { and, eq, sql as raw } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { seckillOrder } from '../../db/schema';
-import { goodsStock } from '../../workers/routing';
+import { goodsStock } from '../../durable-objects/routing';
 import { bearer, call, createGoods, devToken, json, purchaseToken, settled, sql } from './helpers';
 
 const USERS = 1000;

@@ -1,10 +1,8 @@
 import type { Db } from '../../db/client';
 import { listCurrentGoods, toGoodsInit } from '../../db/goods';
+import { goodsStock } from '../../durable-objects/routing';
 import { log } from '../kernel/log';
-import { goodsStock } from '../routing';
-
-/** Goods starting within this window are pre-warmed. */
-export const PREWARM_AHEAD_MS = 5 * 60_000;
+import { PREWARM_AHEAD_MS } from '../kernel/schedule';
 
 /**
  * Creates (or refreshes) the stock object of every goods that starts soon or is on sale. The

@@ -5,15 +5,15 @@ import { ConfigError, getConfig } from '../kernel/config';
 import { randomId } from '../kernel/crypto';
 import { AppError, type ErrorCode, errorBody } from '../kernel/errors';
 import { log } from '../kernel/log';
-import { requestMetrics } from '../metrics/middleware';
-import { admin } from './admin';
-import { adminDeadLetters } from './admin-dead-letters';
-import { adminLimits } from './admin-limits';
 import type { AppEnv } from './context';
-import { dev } from './dev';
-import { orders } from './orders';
-import { payments } from './payments';
-import { shopper } from './shopper';
+import { requestMetrics } from './middleware/metrics';
+import { adminDeadLetters } from './routes/admin-dead-letters';
+import { admin } from './routes/admin-goods';
+import { adminLimits } from './routes/admin-limits';
+import { dev } from './routes/dev';
+import { orders } from './routes/orders';
+import { payments } from './routes/payments';
+import { shopper } from './routes/shopper';
 
 /** Request bodies are small JSON documents; anything larger is refused before parsing. */
 const MAX_BODY_BYTES = 16 * 1024;

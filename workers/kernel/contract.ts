@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { Limits } from './limits';
 
 // Every payload that crosses a boundary (HTTP, Queue, RPC) is a schema here; types are
 // inferred from them. Queue messages carry `v` so a later format can coexist with this one.
@@ -128,6 +129,34 @@ export type ResultView = {
   orderId?: string;
   reason?: FailReason;
 };
+
+// Edge guard RPC: a sale request's client keys, the ban policy, and the verdict.
+
+/** One client identity to check: `id` is `ip:<addr>` or `user:<id>`; `scope` names its rate window. */
+export const AdmitKey = z.object({
+  id: z.string().min(3).max(200),
+  scope: z.string().min(1).max(32),
+  perSecond: z.number().int().positive(),
+});
+export type AdmitKey = z.infer<typeof AdmitKey>;
+
+export const BanPolicy = z.object({
+  threshold: z.number().int().positive(),
+  windowMs: z.number().int().positive(),
+  durationMs: z.number().int().positive(),
+});
+export type BanPolicy = z.infer<typeof BanPolicy>;
+
+export type AdmitVerdict =
+  | { ok: true }
+  | { ok: false; reason: 'RATE_LIMITED'; id: string; retryAfterMs: number }
+  | { ok: false; reason: 'BANNED'; id: string; retryAfterMs: number };
+
+/** The runtime limits as the limits store answers them. */
+export type StoredLimits = { limits: Limits; updatedAt: string | null };
+export type BanView = { id: string; until: string; createdAt: string };
+/** Admission permits leased to an isolate, or how long until the gate has some. */
+export type Lease = { granted: number; retryAfterMs: number };
 
 // HTTP bodies.
 const Millis = z.union([z.number().int(), z.string().datetime({ offset: true })]).transform((v) => new Date(v).getTime());

@@ -1,6 +1,6 @@
-import { httpDb } from '../../db/client';
+import { dbOptions, httpDb } from '../../db/client';
 import { type WriteResult, writeOrders } from '../../db/orders';
-import { dbOptions } from '../goods';
+import { goodsStock } from '../../durable-objects/routing';
 import { backoffSeconds, queueDelay } from '../kernel/backoff';
 import { type Config, getConfig } from '../kernel/config';
 import { OrderMessage, type Settlement, type TimeoutMessage } from '../kernel/contract';
@@ -8,7 +8,6 @@ import { log } from '../kernel/log';
 import { flushMetrics } from '../metrics/flush';
 import { observeQueueLag } from '../metrics/queue';
 import { count } from '../metrics/registry';
-import { goodsStock } from '../routing';
 
 export type Parsed<T> = { message: Message<unknown>; body: T };
 
