@@ -1,7 +1,9 @@
 import { and, asc, count, eq, gt, inArray, sql } from 'drizzle-orm';
-import type { CreateGoodsBody, GoodsInit } from '../workers/kernel/contract';
+import { z } from 'zod';
+import type { CreateGoodsBody, GoodsInit, GoodsPlacement } from '../workers/kernel/contract';
 import { PREWARM_AHEAD_MS, RECONCILE_ENDED_WITHIN_MS } from '../workers/kernel/schedule';
 import type { Db } from './client';
+import type { SqlExecutor } from './orders';
 import { ORDER_STATUS, seckillGoods, seckillOrder } from './schema';
 
 export type GoodsRow = typeof seckillGoods.$inferSelect;
@@ -104,4 +106,22 @@ export function toGoodsInit(row: GoodsRow): GoodsInit {
     paused: row.status === 1,
     payTimeoutSeconds: row.payTimeoutSeconds,
   };
+}
+
+const PlacementRow = z.object({ id: z.coerce.number(), location_hint: z.string().nullable() });
+
+/** The placements (id and location hint) of these goods; one statement, on a pool or over HTTP. */
+export async function findPlacements(db: SqlExecutor, goodsIds: number[]): Promise<GoodsPlacement[]> {
+  if (goodsIds.length === 0) {
+    return [];
+  }
+  const ids = sql.join(
+    goodsIds.map((id) => sql`${id}`),
+    sql`, `,
+  );
+  const { rows } = await db.execute(sql`SELECT id, location_hint FROM seckill_goods WHERE id IN (${ids})`);
+  return rows.map((r) => {
+    const row = PlacementRow.parse(r);
+    return { id: row.id, locationHint: row.location_hint };
+  });
 }

@@ -1,10 +1,28 @@
+import { type GoodsPlacement, LocationHint } from '../workers/kernel/contract';
+
 // The one place that maps a goods, a client key or a role to its Durable Object. Callers never
 // build ids themselves, so hot goods can later be sharded across several objects here alone.
+// A goods' objects are addressed with its placement (the goods row fits), so the location hint
+// applies whichever call happens to create the object first.
 
-/** The stock object of a goods. */
-export function goodsStock(env: Env, goodsId: number, locationHint?: DurableObjectLocationHint) {
-  const id = env.GOODS_STOCK.idFromName(`goods:${goodsId}`);
-  return locationHint ? env.GOODS_STOCK.get(id, { locationHint }) : env.GOODS_STOCK.get(id);
+/** The goods' location hint, when it holds a valid one. */
+function hintOf(goods: GoodsPlacement): DurableObjectLocationHint | undefined {
+  const parsed = LocationHint.safeParse(goods.locationHint);
+  return parsed.success ? parsed.data : undefined;
+}
+
+function placed<T extends Rpc.DurableObjectBranded | undefined>(ns: DurableObjectNamespace<T>, name: string, goods: GoodsPlacement) {
+  const id = ns.idFromName(name);
+  const locationHint = hintOf(goods);
+  return locationHint ? ns.get(id, { locationHint }) : ns.get(id);
+}
+
+/**
+ * The stock object of a goods: the one seam where a goods maps to its object (a later change
+ * that shards hot goods picks the shard here).
+ */
+export function goodsStock(env: Env, goods: GoodsPlacement) {
+  return placed(env.GOODS_STOCK, `goods:${goods.id}`, goods);
 }
 
 /** Guard objects hold single-use markers and exact limits, sharded by key. */
@@ -46,10 +64,9 @@ export function limitsStore(env: Env) {
   return env.EDGE_GUARD.get(env.EDGE_GUARD.idFromName('config:limits'));
 }
 
-/** The admission gate of a goods, placed near the goods' stock object when it has a hint. */
-export function admissionGate(env: Env, goodsId: number, locationHint?: DurableObjectLocationHint) {
-  const id = env.EDGE_GUARD.idFromName(`gate:${goodsId}`);
-  return locationHint ? env.EDGE_GUARD.get(id, { locationHint }) : env.EDGE_GUARD.get(id);
+/** The admission gate of a goods, placed near the goods' stock object. */
+export function admissionGate(env: Env, goods: GoodsPlacement) {
+  return placed(env.EDGE_GUARD, `gate:${goods.id}`, goods);
 }
 
 /** The one object that holds the metrics totals of every isolate. */

@@ -1,5 +1,6 @@
 import type { Db } from '../../db/client';
 import { closePendingOrder, listOverdueOrders } from '../../db/lifecycle';
+import { placementOf } from '../edge/placements';
 import { releaseOrRepair } from '../edge/release';
 import { getConfig } from '../kernel/config';
 import { log } from '../kernel/log';
@@ -26,7 +27,7 @@ export async function closeOverdueOrders(env: Env, db: Db, now: number, options:
       if (r.kind === 'closed') {
         closed++;
         // One unreachable object must not stop the sweep; the release is repeated from the queue.
-        await releaseOrRepair(env, r.order);
+        await releaseOrRepair(env, await placementOf(db, r.order.goodsId), r.order);
       }
     } catch (error) {
       log.warn('cron.overdue_close_failed', { orderId: o.id, error });

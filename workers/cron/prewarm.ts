@@ -14,7 +14,7 @@ export async function prewarmGoods(env: Env, db: Db, now: number): Promise<numbe
   let prewarmed = 0;
   for (const g of goods.filter((r) => r.startAt.getTime() - now <= PREWARM_AHEAD_MS)) {
     try {
-      await goodsStock(env, g.id, (g.locationHint ?? undefined) as DurableObjectLocationHint | undefined).init(toGoodsInit(g));
+      await goodsStock(env, g).init(toGoodsInit(g));
       prewarmed++;
     } catch (error) {
       log.error('cron.prewarm_failed', { goodsId: g.id, error });

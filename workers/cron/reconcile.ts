@@ -58,7 +58,7 @@ async function dbState(db: Db, goodsId: number): Promise<DbState | undefined> {
 
 /** One goods: find, repair what is safe, report the rest. */
 async function reconcileGoods(env: Env, db: Db, row: GoodsRow, now: number): Promise<GoodsReconciliation> {
-  const stub = goodsStock(env, row.id, (row.locationHint ?? undefined) as DurableObjectLocationHint | undefined);
+  const stub = goodsStock(env, row);
   const found: Discrepancy[] = [];
   const actions: Action[] = [];
   const skipped: string[] = [];

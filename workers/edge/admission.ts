@@ -1,4 +1,5 @@
 import { admissionGate } from '../../durable-objects/routing';
+import type { GoodsPlacement } from '../kernel/contract';
 import { AppError } from '../kernel/errors';
 import { log } from '../kernel/log';
 import { sleep } from '../kernel/sleep';
@@ -57,8 +58,8 @@ function takeLocal(p: Pool, now: number): boolean {
  * request's promise (workerd cancels such requests): a request that finds a lease in flight
  * polls the pool on its own timer.
  */
-export async function acquirePermit(env: Env, goodsId: number, rate: number, locationHint?: DurableObjectLocationHint): Promise<void> {
-  const p = pool(goodsId, rate);
+export async function acquirePermit(env: Env, goods: GoodsPlacement, rate: number): Promise<void> {
+  const p = pool(goods.id, rate);
   if (p.rate !== rate) {
     p.rate = rate;
     p.emptyUntil = 0;
@@ -81,7 +82,7 @@ export async function acquirePermit(env: Env, goodsId: number, rate: number, loc
       await sleep(POLL_MS);
       continue;
     }
-    await lease(env, p, goodsId, rate, locationHint);
+    await lease(env, p, goods, rate);
     if (takeLocal(p, Date.now())) {
       return;
     }
@@ -89,11 +90,11 @@ export async function acquirePermit(env: Env, goodsId: number, rate: number, loc
   }
 }
 
-async function lease(env: Env, p: Pool, goodsId: number, rate: number, locationHint?: DurableObjectLocationHint): Promise<void> {
+async function lease(env: Env, p: Pool, goods: GoodsPlacement, rate: number): Promise<void> {
   const want = Math.max(1, Math.min(Math.ceil(rate / 10), p.demand));
   p.leasing = true;
   try {
-    const got = await admissionGate(env, goodsId, locationHint).lease(want, rate);
+    const got = await admissionGate(env, goods).lease(want, rate);
     const now = Date.now();
     if (got.granted > 0) {
       // Permits still held from an earlier lease are kept until the new deadline too.
@@ -104,7 +105,7 @@ async function lease(env: Env, p: Pool, goodsId: number, rate: number, locationH
     }
   } catch (error) {
     // No gate, no admission: protect the stock object and tell the shopper to retry.
-    log.warn('admission.gate_unavailable', { goodsId, error });
+    log.warn('admission.gate_unavailable', { goodsId: goods.id, error });
     p.emptyUntil = Date.now() + 100;
   } finally {
     p.leasing = false;

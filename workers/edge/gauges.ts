@@ -25,7 +25,7 @@ export async function collectGauges(env: Env, config: Config, db: Db, now: numbe
   const lastRuns = await lastReconciliations(db, ids);
   const snapshots = await Promise.all(
     goods.map((g) =>
-      goodsStock(env, g.id)
+      goodsStock(env, g)
         .snapshot()
         .catch(() => undefined),
     ),

@@ -1,7 +1,6 @@
 import { withDbFor } from '../../db/client';
 import { type GoodsRow, listCurrentGoods } from '../../db/goods';
 import type { Config } from '../kernel/config';
-import type { StockSnapshot } from '../kernel/contract';
 import { AppError } from '../kernel/errors';
 import { log } from '../kernel/log';
 
@@ -72,38 +71,4 @@ export async function getGoods(config: Config, goodsId: number): Promise<GoodsRo
 /** Reloads the list now (after an admin change in this isolate), in the caller's request. */
 export async function invalidateGoods(config: Config): Promise<void> {
   await reload(config);
-}
-
-export type GoodsStatus = 'UPCOMING' | 'ON_SALE' | 'PAUSED' | 'SOLD_OUT' | 'ENDED';
-
-/** The contract's goods shape. */
-export function goodsView(row: GoodsRow, snapshot: StockSnapshot | undefined, remainingOverride: number | undefined, now: number) {
-  const remaining = remainingOverride ?? snapshot?.remaining ?? row.stock;
-  const paused = snapshot?.paused ?? row.status === 1;
-  const startAt = row.startAt.getTime();
-  const endAt = row.endAt.getTime();
-  let status: GoodsStatus = 'ON_SALE';
-  if (now >= endAt) {
-    status = 'ENDED';
-  } else if (remaining <= 0) {
-    status = 'SOLD_OUT';
-  } else if (paused) {
-    status = 'PAUSED';
-  } else if (now < startAt) {
-    status = 'UPCOMING';
-  }
-  return {
-    goodsId: row.id,
-    activityId: row.activityId,
-    title: row.title,
-    imageUrl: row.imageUrl,
-    priceCents: row.priceCents,
-    totalStock: row.totalStock,
-    remaining,
-    startAt: row.startAt.toISOString(),
-    endAt: row.endAt.toISOString(),
-    status,
-    payTimeoutSeconds: row.payTimeoutSeconds,
-    serverTime: new Date(now).toISOString(),
-  };
 }

@@ -1,6 +1,6 @@
 import type { OrderRow } from '../../db/lifecycle';
 import { goodsStock } from '../../durable-objects/routing';
-import type { TimeoutMessage } from '../kernel/contract';
+import type { GoodsPlacement, TimeoutMessage } from '../kernel/contract';
 import { log } from '../kernel/log';
 import { ORDER_STATUS } from '../kernel/order-status';
 import { markInStock } from './sold-out';
@@ -17,8 +17,8 @@ type ClosedOrder = Pick<OrderRow, 'id' | 'goodsId' | 'requestId' | 'status'>;
  * Gives a closed order's unit back to its goods' object, which lets the user buy again.
  * Idempotent (the object ignores a release it already made); throws when the object is unreachable.
  */
-export async function releaseUnit(env: Env, order: ClosedOrder): Promise<void> {
-  const { remaining } = await goodsStock(env, order.goodsId).release(
+export async function releaseUnit(env: Env, goods: GoodsPlacement, order: ClosedOrder): Promise<void> {
+  const { remaining } = await goodsStock(env, goods).release(
     order.requestId,
     order.status === ORDER_STATUS.CANCELLED ? 'CANCELLED' : 'CLOSED_TIMEOUT',
   );
@@ -33,9 +33,9 @@ export async function releaseUnit(env: Env, order: ClosedOrder): Promise<void> {
  * unreachable, a timeout message for the order repeats the release from the queue, with the
  * queue's retries and dead-letter queue behind it. Postgres already counts the unit as free.
  */
-export async function releaseOrRepair(env: Env, order: ClosedOrder): Promise<boolean> {
+export async function releaseOrRepair(env: Env, goods: GoodsPlacement, order: ClosedOrder): Promise<boolean> {
   try {
-    await releaseUnit(env, order);
+    await releaseUnit(env, goods, order);
     return true;
   } catch (error) {
     log.warn('lifecycle.release_failed', { orderId: order.id, goodsId: order.goodsId, error });

@@ -1,5 +1,5 @@
 import { goodsStock } from '../../durable-objects/routing';
-import type { ReserveItem, ReserveOutcome } from '../kernel/contract';
+import type { GoodsPlacement, ReserveItem, ReserveOutcome } from '../kernel/contract';
 import { GroupCommit, type WaitUntil } from './group-commit';
 
 /**
@@ -16,7 +16,7 @@ const MAX_IN_FLIGHT = 2;
 const WAIT_LIMIT_MS = 10_000;
 
 /** The first call of a batch is its sender's: its `env` makes the stub, in its own request. */
-type Call = { env: Env; goodsId: number; item: ReserveItem; locationHint: DurableObjectLocationHint | undefined };
+type Call = { env: Env; goods: GoodsPlacement; item: ReserveItem };
 
 const reservations = new GroupCommit<Call, ReserveOutcome>({
   maxBatch: MAX_BATCH,
@@ -27,20 +27,14 @@ const reservations = new GroupCommit<Call, ReserveOutcome>({
     if (!first) {
       return Promise.resolve([]);
     }
-    return goodsStock(first.env, first.goodsId, first.locationHint).reserveMany(
-      first.goodsId,
+    return goodsStock(first.env, first.goods).reserveMany(
+      first.goods.id,
       calls.map((c) => c.item),
     );
   },
 });
 
 /** Reserves one unit for `item`, batched with whatever else this isolate is reserving. */
-export function reserve(
-  env: Env,
-  goodsId: number,
-  item: ReserveItem,
-  locationHint?: DurableObjectLocationHint,
-  waitUntil?: WaitUntil,
-): Promise<ReserveOutcome> {
-  return reservations.run(String(goodsId), { env, goodsId, item, locationHint }, waitUntil);
+export function reserve(env: Env, goods: GoodsPlacement, item: ReserveItem, waitUntil?: WaitUntil): Promise<ReserveOutcome> {
+  return reservations.run(String(goods.id), { env, goods, item }, waitUntil);
 }

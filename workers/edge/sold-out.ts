@@ -39,3 +39,12 @@ export function markSoldOut(goodsId: number, now = Date.now()): void {
 export function markInStock(goodsId: number): void {
   soldOutUntil.delete(goodsId);
 }
+
+/** Feeds the fast path from what a stock object (or the mirror) just said about the goods' stock. */
+export function noteStock(goodsId: number, stock: { remaining: number } | undefined): void {
+  if (stock?.remaining === 0) {
+    markSoldOut(goodsId);
+  } else if (stock && stock.remaining > 0) {
+    markInStock(goodsId);
+  }
+}

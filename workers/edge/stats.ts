@@ -28,19 +28,26 @@ export type GoodsStats = {
  * make the goods inconsistent (it is a cache), but one that answers wrongly does.
  */
 export async function goodsStats(env: Env, config: Config, goodsId: number): Promise<GoodsStats | undefined> {
-  const [fromDb, snapshot, mirrored] = await Promise.all([
-    withDbFor(config, async (d) => {
-      const row = await findGoods(d, goodsId);
-      return row ? { row, counts: await countOrdersByStatus(d, goodsId), deadLetters: await countOpenDeadLetters(d, goodsId) } : undefined;
-    }),
-    goodsStock(env, goodsId).snapshot(),
-    config.redis ? readStocks(config.redis, [goodsId]) : Promise.resolve(undefined),
-  ]);
-  const mirrorStock = mirrored?.[0] ?? null;
-  const mirror = !config.redis ? 'off' : !mirrored ? 'unreachable' : mirrorStock === null ? 'missing' : 'ok';
-  if (!fromDb) {
+  const found = await withDbFor(config, async (d) => {
+    const row = await findGoods(d, goodsId);
+    if (!row) {
+      return undefined;
+    }
+    // The row first: it says where the goods' object lives; the rest is read side by side.
+    const [counts, deadLetters, snapshot, mirrored] = await Promise.all([
+      countOrdersByStatus(d, goodsId),
+      countOpenDeadLetters(d, goodsId),
+      goodsStock(env, row).snapshot(),
+      config.redis ? readStocks(config.redis, [goodsId]) : Promise.resolve(undefined),
+    ]);
+    return { fromDb: { row, counts, deadLetters }, snapshot, mirrored };
+  });
+  if (!found) {
     return undefined;
   }
+  const { fromDb, snapshot, mirrored } = found;
+  const mirrorStock = mirrored?.[0] ?? null;
+  const mirror = !config.redis ? 'off' : !mirrored ? 'unreachable' : mirrorStock === null ? 'missing' : 'ok';
   const orders = Object.fromEntries(Object.entries(ORDER_STATUS).map(([name, code]) => [name, fromDb.counts[code] ?? 0])) as Record<
     OrderStatusName,
     number

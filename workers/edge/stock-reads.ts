@@ -1,6 +1,6 @@
 import { goodsStock } from '../../durable-objects/routing';
 import type { Config } from '../kernel/config';
-import { FAIL_REASONS, type FailReason, type ResultView, type StockSnapshot } from '../kernel/contract';
+import { FAIL_REASONS, type FailReason, type GoodsPlacement, type ResultView, type StockSnapshot } from '../kernel/contract';
 import { readResult, readStocks } from '../mirror/client';
 
 // Shopper reads that try the mirror first and fall back to the goods' object, so polling
@@ -34,15 +34,20 @@ export type StockRead = { remaining: number; snapshot?: StockSnapshot };
  * the mirror lacks (or for everything when it is off or down). An entry is undefined when
  * neither answers (the page shows the database's figure).
  */
-export async function readRemaining(env: Env, config: Config, goodsIds: number[]): Promise<(StockRead | undefined)[]> {
-  const mirrored = config.redis ? await readStocks(config.redis, goodsIds) : undefined;
+export async function readRemaining(env: Env, config: Config, goods: GoodsPlacement[]): Promise<(StockRead | undefined)[]> {
+  const mirrored = config.redis
+    ? await readStocks(
+        config.redis,
+        goods.map((g) => g.id),
+      )
+    : undefined;
   return Promise.all(
-    goodsIds.map(async (goodsId, i): Promise<StockRead | undefined> => {
+    goods.map(async (g, i): Promise<StockRead | undefined> => {
       const m = mirrored?.[i];
       if (m !== undefined && m !== null) {
         return { remaining: m };
       }
-      const snapshot = await goodsStock(env, goodsId)
+      const snapshot = await goodsStock(env, g)
         .snapshot()
         .catch(() => undefined);
       return snapshot ? { remaining: snapshot.remaining, snapshot } : undefined;

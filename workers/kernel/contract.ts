@@ -158,6 +158,23 @@ export type BanView = { id: string; until: string; createdAt: string };
 /** Admission permits leased to an isolate, or how long until the gate has some. */
 export type Lease = { granted: number; retryAfterMs: number };
 
+/** Where a goods' stock object may be placed (Cloudflare's Durable Object location hints). */
+export const LOCATION_HINTS = [
+  'wnam',
+  'enam',
+  'sam',
+  'weur',
+  'eeur',
+  'apac',
+  'oc',
+  'afr',
+  'me',
+] as const satisfies readonly DurableObjectLocationHint[];
+export const LocationHint = z.enum(LOCATION_HINTS);
+
+/** What addresses a goods' objects: its id and the location hint its stock object is made with. A goods row fits. */
+export type GoodsPlacement = { id: number; locationHint: string | null };
+
 // HTTP bodies.
 const Millis = z.union([z.number().int(), z.string().datetime({ offset: true })]).transform((v) => new Date(v).getTime());
 
@@ -171,10 +188,19 @@ export const CreateGoodsBody = z
     startAt: Millis,
     endAt: Millis,
     payTimeoutSeconds: z.number().int().min(1).max(43_200).optional(),
-    locationHint: z.enum(['wnam', 'enam', 'sam', 'weur', 'eeur', 'apac', 'oc', 'afr', 'me']).optional(),
+    locationHint: LocationHint.optional(),
   })
   .refine((b) => b.endAt > b.startAt, { message: 'endAt must be after startAt', path: ['endAt'] });
 export type CreateGoodsBody = z.infer<typeof CreateGoodsBody>;
+
+/** A `/goods/:goodsId/...` path. */
+export const GoodsParam = z.object({ goodsId: GoodsId });
+
+/** A `/result/:requestId` path. */
+export const RequestParam = z.object({ requestId: RequestId });
+/** The hidden purchase path: 32 url-safe characters derived from the purchase token. */
+export const PurchasePathParam = z.object({ path: z.string().regex(/^[A-Za-z0-9_-]{32}$/, 'not a purchase path') });
+export const IdempotencyHeader = z.object({ 'idempotency-key': IdempotencyKey.optional() });
 
 export const DevTokenBody = z.object({ userId: UserId });
 /** Proof-of-work nonce: whatever string the client found (printable ASCII). */

@@ -1,6 +1,7 @@
 import { dbOptions, withDb } from '../../db/client';
 import { closePendingOrder } from '../../db/lifecycle';
 import { ORDER_STATUS } from '../../db/schema';
+import { placementOf } from '../edge/placements';
 import { releaseUnit } from '../edge/release';
 import { backoffSeconds, queueDelay } from '../kernel/backoff';
 import { getConfig } from '../kernel/config';
@@ -34,7 +35,7 @@ export async function consumeTimeouts(batch: MessageBatch<unknown>, env: Env, no
           continue;
         }
         if (result.kind === 'closed' || result.kind === 'already-closed') {
-          await releaseUnit(env, result.order);
+          await releaseUnit(env, await placementOf(db, result.order.goodsId), result.order);
         }
         if (result.kind === 'missing') {
           // The order message may still be on its way (a redriven timeout, say): look again later.

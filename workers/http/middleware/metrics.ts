@@ -8,7 +8,7 @@ import { scheduleMetricsFlush } from '../../metrics/flush';
 import { count, observe } from '../../metrics/registry';
 import { type AppEnv, waitUntilOf } from '../context';
 
-/** Requests slower than this are logged (with their request id) even when they succeed. */
+/** Requests slower than this are logged (with their trace id) even when they succeed. */
 const SLOW_REQUEST_MS = 2_000;
 
 /** The route pattern that answered (`/api/seckill/goods/:goodsId`), never the raw path. */
@@ -41,7 +41,7 @@ function outcomeOf(c: Context<AppEnv>): string {
 
 /**
  * Counts every request by route and outcome, records its latency, and logs what an operator
- * needs to trace (admin actions, server errors, slow requests) with the request id. Shopper
+ * needs to trace (admin actions, server errors, slow requests) with the trace id. Shopper
  * requests are counted, not logged one by one: at sale peak that would be a log line per click.
  */
 export const requestMetrics = createMiddleware<AppEnv>(async function requestMetrics(c, next) {
@@ -53,7 +53,8 @@ export const requestMetrics = createMiddleware<AppEnv>(async function requestMet
   count('seckill_http_requests_total', { route, method: c.req.method, outcome });
   observe('seckill_http_request_duration_ms', { route }, ms);
   const status = c.res.status;
-  const fields = { requestId: c.var.requestId, method: c.req.method, route, status, outcome, ms };
+  const purchaseId = c.get('purchaseId');
+  const fields = { requestId: c.var.traceId, ...(purchaseId ? { purchaseId } : {}), method: c.req.method, route, status, outcome, ms };
   if (status >= 500) {
     log.error('http.request', fields);
   } else if (ms >= SLOW_REQUEST_MS) {

@@ -5,7 +5,7 @@ import { DeadLetterParam, DeadLetterQuery, RedriveGoodsBody } from '../../kernel
 import { AppError, type ErrorCode } from '../../kernel/errors';
 import { type RedriveResult, redriveDeadLetter } from '../../queue/dead-letters';
 import type { AppEnv } from '../context';
-import { adminAuth } from '../middleware/auth';
+import { adminAuth } from '../middleware/admin-auth';
 import { valid } from '../middleware/validate';
 
 /** A goods' re-drive-all sends at most this many messages per call. */

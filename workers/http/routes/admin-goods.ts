@@ -3,13 +3,14 @@ import { z } from 'zod';
 import { withDbFor } from '../../../db/client';
 import { findGoods, insertGoods, setGoodsPaused, toGoodsInit } from '../../../db/goods';
 import { goodsStock } from '../../../durable-objects/routing';
-import { goodsView, invalidateGoods } from '../../edge/goods-cache';
+import { invalidateGoods } from '../../edge/goods-cache';
+import { goodsView } from '../../edge/goods-view';
 import { goodsStats } from '../../edge/stats';
 import type { Config } from '../../kernel/config';
 import { CreateGoodsBody, GoodsId } from '../../kernel/contract';
 import { AppError } from '../../kernel/errors';
 import type { AppEnv } from '../context';
-import { adminAuth } from '../middleware/auth';
+import { adminAuth } from '../middleware/admin-auth';
 import { valid } from '../middleware/validate';
 import { adminOps } from './admin-ops';
 
@@ -24,7 +25,7 @@ export const admin = new Hono<AppEnv>()
     const row = await withDbFor(c.var.config, (d) => insertGoods(d, body));
     await invalidateGoods(c.var.config);
     // Pre-warm at once: the object exists before the first shopper arrives.
-    const snapshot = await goodsStock(c.env, row.id, body.locationHint).init(toGoodsInit(row));
+    const snapshot = await goodsStock(c.env, row).init(toGoodsInit(row));
     return c.json({ ...goodsView(row, snapshot, undefined, Date.now()), locationHint: row.locationHint }, 201);
   })
 
@@ -34,9 +35,7 @@ export const admin = new Hono<AppEnv>()
     if (!row) {
       throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
     }
-    const snapshot = await goodsStock(c.env, goodsId, (row.locationHint ?? undefined) as DurableObjectLocationHint | undefined).init(
-      toGoodsInit(row),
-    );
+    const snapshot = await goodsStock(c.env, row).init(toGoodsInit(row));
     return c.json(snapshot);
   })
 
@@ -61,7 +60,7 @@ async function setPaused(env: Env, config: Config, goodsId: number, paused: bool
     throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
   }
   await invalidateGoods(config);
-  const stub = goodsStock(env, goodsId);
+  const stub = goodsStock(env, row);
   // An object never used yet is created paused or not from the row just written.
   const snapshot = (await stub.setPaused(paused)) ?? (await stub.init(toGoodsInit(row)));
   return { goodsId, paused: snapshot.paused, remaining: snapshot.remaining };

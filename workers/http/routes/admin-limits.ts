@@ -6,7 +6,7 @@ import { rememberLimits } from '../../edge/limits';
 import { UserId } from '../../kernel/contract';
 import { LimitsPatch } from '../../kernel/limits';
 import type { AppEnv } from '../context';
-import { adminAuth } from '../middleware/auth';
+import { adminAuth } from '../middleware/admin-auth';
 import { requireJson } from '../middleware/require-json';
 import { valid } from '../middleware/validate';
 

@@ -34,7 +34,7 @@ export const adminOps = new Hono<AppEnv>()
         .then((families) => [...families, gaugesUp(true)])
         .catch((error: unknown) => {
           // Counters still answer when Postgres does not; the gauge says the rest is missing.
-          log.warn('metrics.gauges_failed', { requestId: c.var.requestId, error });
+          log.warn('metrics.gauges_failed', { requestId: c.var.traceId, error });
           return [gaugesUp(false)];
         }),
     ]);

@@ -2,6 +2,7 @@ import { Hono } from 'hono';
 import { withDbFor } from '../../../db/client';
 import { closePendingOrder, findOrder, type OrderRow } from '../../../db/lifecycle';
 import { createPayment, markPaymentFailed } from '../../../db/payments';
+import { placementOf } from '../../edge/placements';
 import { releaseOrRepair } from '../../edge/release';
 import { OrderParam, PayBody } from '../../kernel/contract';
 import { randomId } from '../../kernel/crypto';
@@ -11,7 +12,7 @@ import { ORDER_STATUS, orderStatusName } from '../../kernel/order-status';
 import { activeProvider } from '../../payments';
 import type { StartedPayment } from '../../payments/provider';
 import type { AppEnv } from '../context';
-import { shopperAuth } from '../middleware/auth';
+import { shopperAuth } from '../middleware/shopper-auth';
 import { valid } from '../middleware/validate';
 
 /** The contract's order shape. */
@@ -96,7 +97,8 @@ export const orders = new Hono<AppEnv>()
       if (!order || order.userId !== userId) {
         return undefined;
       }
-      return closePendingOrder(d, orderId, ORDER_STATUS.CANCELLED);
+      const closed = await closePendingOrder(d, orderId, ORDER_STATUS.CANCELLED);
+      return closed.kind === 'closed' ? { ...closed, goods: await placementOf(d, order.goodsId) } : closed;
     });
     if (!result || result.kind === 'missing') {
       throw notFound();
@@ -105,6 +107,6 @@ export const orders = new Hono<AppEnv>()
       throw new AppError('CONFLICT', `the order is ${orderStatusName(result.order.status)}; only an unpaid order can be cancelled`);
     }
     // Postgres has the unit back already; the goods' object gets it now, or from the queue later.
-    await releaseOrRepair(c.env, result.order);
+    await releaseOrRepair(c.env, result.goods, result.order);
     return c.json(orderView(result.order));
   });

@@ -15,7 +15,7 @@ export const payments = new Hono<AppEnv>().post('/callback', async (c) => {
   const { config } = c.var;
   const raw = await c.req.text();
   if (!(await verifyWebhookSignature(config.paymentWebhookSecret, raw, c.req.header('x-signature')))) {
-    log.warn('payment.bad_signature', { requestId: c.var.requestId, bytes: raw.length });
+    log.warn('payment.bad_signature', { requestId: c.var.traceId, bytes: raw.length });
     throw new AppError('INVALID_SIGNATURE');
   }
   const parsed = parseWebhookBody(raw);

@@ -7,7 +7,7 @@ import { PaymentId, SandboxCompleteBody } from '../../kernel/contract';
 import { AppError } from '../../kernel/errors';
 import { deliverWebhook, SANDBOX, sandboxEvent } from '../../payments/sandbox';
 import type { AppEnv } from '../context';
-import { shopperAuth } from '../middleware/auth';
+import { shopperAuth } from '../middleware/shopper-auth';
 import { valid } from '../middleware/validate';
 
 const PaymentParam = z.object({ paymentId: PaymentId });

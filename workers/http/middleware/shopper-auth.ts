@@ -1,14 +1,9 @@
 import { createMiddleware } from 'hono/factory';
 import { verifyShopperToken } from '../../edge/shopper-jwt';
 import { UserId } from '../../kernel/contract';
-import { safeEqual } from '../../kernel/crypto';
 import { AppError } from '../../kernel/errors';
 import type { AppEnv } from '../context';
-
-function bearer(header: string | undefined): string | undefined {
-  const m = header?.match(/^Bearer ([\x21-\x7e]{1,4096})$/);
-  return m?.[1];
-}
+import { bearer } from './bearer';
 
 /** Shopper routes: `Authorization: Bearer <JWT>` (HS256, or RS256/ES256 via AUTH_JWKS_URL), `sub` is the user id. */
 export const shopperAuth = createMiddleware<AppEnv>(async function shopperAuth(c, next) {
@@ -30,14 +25,5 @@ export const shopperAuth = createMiddleware<AppEnv>(async function shopperAuth(c
     throw new AppError('UNAUTHENTICATED', 'the token has no usable subject');
   }
   c.set('userId', userId.data);
-  await next();
-});
-
-/** Admin routes: `Authorization: Bearer <ADMIN_TOKEN>`, compared in constant time. */
-export const adminAuth = createMiddleware<AppEnv>(async function adminAuth(c, next) {
-  const token = bearer(c.req.header('authorization'));
-  if (!token || !safeEqual(token, c.var.config.adminToken)) {
-    throw new AppError('UNAUTHENTICATED', 'the admin token is missing or wrong');
-  }
   await next();
 });
