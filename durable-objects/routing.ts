@@ -61,12 +61,17 @@ export function allGuardShards(env: Env) {
 
 /** The one object holding the runtime limits. */
 export function limitsStore(env: Env) {
+  return env.LIMITS_STORE.get(env.LIMITS_STORE.idFromName('limits'));
+}
+
+/** The EdgeGuard instance that held the runtime limits before the limits store (read once by the store). */
+export function legacyLimitsHolder(env: Env) {
   return env.EDGE_GUARD.get(env.EDGE_GUARD.idFromName('config:limits'));
 }
 
 /** The admission gate of a goods, placed near the goods' stock object. */
 export function admissionGate(env: Env, goods: GoodsPlacement) {
-  return placed(env.EDGE_GUARD, `gate:${goods.id}`, goods);
+  return placed(env.ADMISSION_GATE, `gate:${goods.id}`, goods);
 }
 
 /** The one object that holds the metrics totals of every isolate. */

@@ -1,37 +1,26 @@
 import { DurableObject } from 'cloudflare:workers';
-import type { AdmitKey, AdmitVerdict, BanPolicy, BanView, Lease, StoredLimits } from '../../workers/kernel/contract';
-import { DEFAULT_LIMITS, LimitsPatch } from '../../workers/kernel/limits';
-import { TokenBucket } from '../admission-gate/bucket';
-import { applyPatch, readStoredLimits } from '../limits-store/rules';
+import type { AdmitKey, AdmitVerdict, BanPolicy, BanView, LegacyLimits } from '../../workers/kernel/contract';
 import { GuardBook } from './rules';
+import { GuardStorage } from './storage';
 
 const PRUNE_INTERVAL_MS = 60_000;
 
 /**
- * Small exact state the edge needs across isolates. One class, three kinds of instance (see
- * workers/defences/guard-routing.ts):
- * - key shards: single-use markers (captcha challenges), per-client rate windows and bans;
- * - `config:limits`: the runtime limits, durable;
- * - `gate:<goodsId>`: the goods' admission bucket, leased to isolates in small batches.
- * Rate windows and the admission bucket live in memory: they span a second or a few, and an
- * evicted object starting them afresh is harmless. Bans and limits are in storage.
+ * A key shard of the edge's exact per-client state (see guardShard in ../routing): single-use
+ * markers (captcha challenges), per-client rate windows and bans. Rate windows live in memory:
+ * they span a second or a few, and an evicted shard starting them afresh is harmless. Markers
+ * and bans are in storage.
  */
 export class EdgeGuard extends DurableObject<Env> {
-  private readonly sql: SqlStorage;
+  private readonly store: GuardStorage;
   private readonly book = new GuardBook();
   private readonly bans = new Map<string, number>();
-  private readonly bucket = new TokenBucket();
-  private limits: StoredLimits | undefined;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    this.sql = ctx.storage.sql;
-    this.sql.exec(`
-      CREATE TABLE IF NOT EXISTS used_once (key TEXT PRIMARY KEY, expires_at INTEGER NOT NULL);
-      CREATE TABLE IF NOT EXISTS ban (id TEXT PRIMARY KEY, until INTEGER NOT NULL, created_at INTEGER NOT NULL);
-      CREATE TABLE IF NOT EXISTS setting (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at INTEGER NOT NULL);
-    `);
-    for (const row of this.sql.exec<{ id: string; until: number }>('SELECT id, until FROM ban WHERE until > ?', Date.now())) {
+    this.store = new GuardStorage(ctx.storage.sql);
+    this.store.migrate();
+    for (const row of this.store.bansInForce(Date.now())) {
       this.bans.set(row.id, row.until);
     }
   }
@@ -42,7 +31,7 @@ export class EdgeGuard extends DurableObject<Env> {
     if (expiresAt <= now) {
       return false;
     }
-    const inserted = this.sql.exec('INSERT OR IGNORE INTO used_once (key, expires_at) VALUES (?, ?)', key, expiresAt).rowsWritten > 0;
+    const inserted = this.store.markUsed(key, expiresAt);
     if (inserted) {
       await this.schedulePrune(now);
     }
@@ -50,18 +39,9 @@ export class EdgeGuard extends DurableObject<Env> {
   }
 
   /**
-   * Admits one request of the clients named by `keys` (all owned by this shard), or says why
-   * not. Checks, counting and any new ban happen without an await in between, so concurrent
-   * requests of one client can never both slip under a limit.
-   */
-  async admit(keys: AdmitKey[], policy: BanPolicy): Promise<AdmitVerdict> {
-    const [verdict] = await this.admitMany([{ keys, policy }]);
-    return verdict as AdmitVerdict;
-  }
-
-  /**
-   * Admits a batch of requests (an isolate's group commit, see workers/group-commit.ts), in
-   * order, as if each had come alone: one call instead of one per request.
+   * Admits a batch of requests (an isolate's group commit, see workers/edge/group-commit.ts), in
+   * order, as if each had come alone. Checks, counting and any new ban happen without an await
+   * in between, so concurrent requests of one client can never both slip under a limit.
    */
   async admitMany(requests: { keys: AdmitKey[]; policy: BanPolicy }[]): Promise<AdmitVerdict[]> {
     const now = Date.now();
@@ -70,7 +50,7 @@ export class EdgeGuard extends DurableObject<Env> {
       const { verdict, newBans } = this.book.admit(keys, policy, this.bans, now);
       for (const ban of newBans) {
         this.bans.set(ban.id, ban.until);
-        this.sql.exec('INSERT OR REPLACE INTO ban (id, until, created_at) VALUES (?, ?, ?)', ban.id, ban.until, now);
+        this.store.saveBan(ban.id, ban.until, now);
         banned = true;
       }
       return verdict;
@@ -83,12 +63,8 @@ export class EdgeGuard extends DurableObject<Env> {
 
   /** Bans still in force in this shard. */
   async listBans(): Promise<BanView[]> {
-    return this.sql
-      .exec<{ id: string; until: number; created_at: number }>(
-        'SELECT id, until, created_at FROM ban WHERE until > ? ORDER BY until',
-        Date.now(),
-      )
-      .toArray()
+    return this.store
+      .bansInForce(Date.now())
       .map((r) => ({ id: r.id, until: new Date(r.until).toISOString(), createdAt: new Date(r.created_at).toISOString() }));
   }
 
@@ -97,37 +73,16 @@ export class EdgeGuard extends DurableObject<Env> {
     const had = (this.bans.get(id) ?? 0) > Date.now();
     this.bans.delete(id);
     this.book.forget(id);
-    this.sql.exec('DELETE FROM ban WHERE id = ?', id);
+    this.store.deleteBan(id);
     return had;
   }
 
-  /** The runtime limits (`config:limits` instance): stored values over the defaults. */
-  async getLimits(): Promise<StoredLimits> {
-    if (!this.limits) {
-      const row = this.sql
-        .exec<{ value: string; updated_at: number }>("SELECT value, updated_at FROM setting WHERE key = 'limits'")
-        .toArray()[0];
-      this.limits = row
-        ? { limits: readStoredLimits(parseJson(row.value)), updatedAt: new Date(row.updated_at).toISOString() }
-        : { limits: { ...DEFAULT_LIMITS }, updatedAt: null };
-    }
-    return this.limits;
-  }
-
-  /** Applies a change to the runtime limits and stores the whole record. */
-  async setLimits(patch: LimitsPatch): Promise<StoredLimits> {
-    const change = LimitsPatch.parse(patch);
-    const current = await this.getLimits();
-    const next = applyPatch(current.limits, change);
-    const now = Date.now();
-    this.sql.exec("INSERT OR REPLACE INTO setting (key, value, updated_at) VALUES ('limits', ?, ?)", JSON.stringify(next), now);
-    this.limits = { limits: next, updatedAt: new Date(now).toISOString() };
-    return this.limits;
-  }
-
-  /** Admission permits (`gate:<goodsId>` instance): up to `want` at `ratePerSecond`. */
-  async lease(want: number, ratePerSecond: number): Promise<Lease> {
-    return this.bucket.take(want, ratePerSecond, Date.now());
+  /**
+   * The runtime limits record an older build kept in this class (its `config:limits` instance),
+   * read once by the limits store when it has none of its own.
+   */
+  async legacyLimits(): Promise<LegacyLimits | undefined> {
+    return this.store.legacyLimits();
   }
 
   private async schedulePrune(now: number): Promise<void> {
@@ -138,26 +93,14 @@ export class EdgeGuard extends DurableObject<Env> {
 
   async alarm(): Promise<void> {
     const now = Date.now();
-    this.sql.exec('DELETE FROM used_once WHERE expires_at < ?', now);
-    this.sql.exec('DELETE FROM ban WHERE until < ?', now);
+    const left = this.store.prune(now);
     for (const [id, until] of this.bans) {
       if (until <= now) {
         this.bans.delete(id);
       }
     }
-    const left =
-      this.sql.exec('SELECT 1 FROM used_once LIMIT 1').toArray().length > 0 ||
-      this.sql.exec('SELECT 1 FROM ban LIMIT 1').toArray().length > 0;
     if (left) {
       await this.ctx.storage.setAlarm(now + PRUNE_INTERVAL_MS);
     }
-  }
-}
-
-function parseJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return undefined;
   }
 }

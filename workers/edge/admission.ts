@@ -5,7 +5,7 @@ import { log } from '../kernel/log';
 import { sleep } from '../kernel/sleep';
 
 // Admission control: each goods lets at most `rate` requests per second through to its stock
-// object, across every isolate. The goods' gate (an EdgeGuard instance) holds the bucket and
+// object, across every isolate. The goods' AdmissionGate object holds the bucket and
 // leases permits in small batches that are valid for LEASE_TTL_MS, so a busy isolate asks the
 // gate about ten times a second instead of once per request. Unused permits lapse: the gate
 // errs on the side of letting fewer through. A refused request is answered 503 BUSY at once.

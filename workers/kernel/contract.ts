@@ -155,6 +155,8 @@ export type AdmitVerdict =
 /** The runtime limits as the limits store answers them. */
 export type StoredLimits = { limits: Limits; updatedAt: string | null };
 export type BanView = { id: string; until: string; createdAt: string };
+/** The limits record as builds before the limits store kept it (JSON text and its change time). */
+export type LegacyLimits = { value: string; updatedAt: number };
 /** Admission permits leased to an isolate, or how long until the gate has some. */
 export type Lease = { granted: number; retryAfterMs: number };
 
