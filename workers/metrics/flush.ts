@@ -1,3 +1,4 @@
+import { metricsHub } from '../../durable-objects/routing';
 import { log } from '../kernel/log';
 import { sleep } from '../kernel/sleep';
 import { hasPending, type MetricsDelta, restoreDelta, takeDelta } from './registry';
@@ -9,11 +10,6 @@ let lastFlushAt = 0;
 /** When the pending delayed flush was scheduled (0: none). */
 let delayedSince = 0;
 let inFlight = 0;
-
-/** The one object that holds the totals. */
-export function metricsHub(env: Env) {
-  return env.METRICS.get(env.METRICS.idFromName('metrics'));
-}
 
 /** Ships this isolate's pending deltas now. A failed send puts them back for the next try. */
 export async function flushMetrics(env: Env): Promise<void> {

@@ -1,11 +1,12 @@
 import { Hono } from 'hono';
 import { dbOptions, withDb } from '../../../db/client';
+import { metricsHub } from '../../../durable-objects/routing';
 import { reconcile } from '../../cron/reconcile';
 import { collectGauges, gaugesUp } from '../../edge/gauges';
 import { ReconcileQuery } from '../../kernel/contract';
 import { AppError } from '../../kernel/errors';
 import { log } from '../../kernel/log';
-import { flushBeforeRead, metricsHub } from '../../metrics/flush';
+import { flushBeforeRead } from '../../metrics/flush';
 import { PROMETHEUS_CONTENT_TYPE, renderPrometheus } from '../../metrics/prometheus';
 import type { AppEnv } from '../context';
 import { valid } from '../middleware/validate';
