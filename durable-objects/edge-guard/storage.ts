@@ -1,3 +1,5 @@
+import { migrateSchema } from '../../workers/kernel/schema-gate';
+
 // Every table of an EdgeGuard shard: single-use markers and bans, behind one version number.
 // Rate windows stay in memory (they span a second or a few; a restarted shard starting them
 // afresh is harmless). The `setting` table is no longer written: the one instance that held the
@@ -17,14 +19,7 @@ export class GuardStorage {
   constructor(private readonly sql: SqlStorage) {}
 
   migrate(): void {
-    this.sql.exec('CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)');
-    const version = this.sql.exec<{ value: number }>("SELECT value FROM meta WHERE key = 'schema'").toArray()[0]?.value ?? 0;
-    for (let v = version; v < GUARD_SCHEMA_VERSION; v++) {
-      this.sql.exec(MIGRATIONS[v] ?? '');
-    }
-    if (version < GUARD_SCHEMA_VERSION) {
-      this.sql.exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)", GUARD_SCHEMA_VERSION);
-    }
+    migrateSchema(this.sql, MIGRATIONS);
   }
 
   /** Marks `key` used until `expiresAt`; true the first time. */

@@ -1,4 +1,5 @@
 import type { FailReason, GoodsInit, OrderMessage, ReserveItem } from '../../workers/kernel/contract';
+import { migrateSchema } from '../../workers/kernel/schema-gate';
 import type { ResultValue } from '../../workers/mirror/keys';
 import type { MirrorResult } from '../../workers/mirror/plan';
 import type { PriorAnswer, SaleState } from './rules';
@@ -77,19 +78,7 @@ export class StockStorage {
 
   /** Brings the schema to SCHEMA_VERSION; call while the object loads (blockConcurrencyWhile). */
   migrate(): void {
-    this.sql.exec('CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)');
-    const version = this.schemaVersion();
-    for (let v = version; v < SCHEMA_VERSION; v++) {
-      this.sql.exec(MIGRATIONS[v] ?? '');
-    }
-    if (version < SCHEMA_VERSION) {
-      this.sql.exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)", SCHEMA_VERSION);
-    }
-  }
-
-  /** The version the stored schema is at (0 for a new object). */
-  schemaVersion(): number {
-    return this.sql.exec<{ value: number }>("SELECT value FROM meta WHERE key = 'schema'").toArray()[0]?.value ?? 0;
+    migrateSchema(this.sql, MIGRATIONS);
   }
 
   // The sale.

@@ -1,3 +1,5 @@
+import { migrateSchema } from '../../workers/kernel/schema-gate';
+
 // The limits store's one table: the runtime limits record (JSON) and when it last changed,
 // behind one version number. `carried` marks that the record an older build kept elsewhere
 // has been looked for, so it is looked for once.
@@ -14,14 +16,7 @@ export class LimitsStorage {
   constructor(private readonly sql: SqlStorage) {}
 
   migrate(): void {
-    this.sql.exec('CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)');
-    const version = this.meta('schema') ?? 0;
-    for (let v = version; v < LIMITS_SCHEMA_VERSION; v++) {
-      this.sql.exec(MIGRATIONS[v] ?? '');
-    }
-    if (version < LIMITS_SCHEMA_VERSION) {
-      this.setMeta('schema', LIMITS_SCHEMA_VERSION);
-    }
+    migrateSchema(this.sql, MIGRATIONS);
   }
 
   read(): StoredRecord | undefined {

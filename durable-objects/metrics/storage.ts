@@ -1,3 +1,4 @@
+import { migrateSchema } from '../../workers/kernel/schema-gate';
 import type { CounterDelta, HistogramDelta, MetricsDelta } from '../../workers/metrics/registry';
 import { seriesKey } from '../../workers/metrics/registry';
 
@@ -23,14 +24,7 @@ export class MetricsStorage {
   constructor(private readonly sql: SqlStorage) {}
 
   migrate(): void {
-    this.sql.exec('CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)');
-    const version = this.sql.exec<{ value: number }>("SELECT value FROM meta WHERE key = 'schema'").toArray()[0]?.value ?? 0;
-    for (let v = version; v < METRICS_SCHEMA_VERSION; v++) {
-      this.sql.exec(MIGRATIONS[v] ?? '');
-    }
-    if (version < METRICS_SCHEMA_VERSION) {
-      this.sql.exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)", METRICS_SCHEMA_VERSION);
-    }
+    migrateSchema(this.sql, MIGRATIONS);
   }
 
   addCounter(c: CounterDelta, now: number): void {

@@ -19,9 +19,7 @@ export const PURCHASE_TOKEN_TTL_MS = 60_000;
  * the object gave it earlier, so it always goes through.
  */
 export function refuseFromCopies(goods: GoodsRow, now: number): void {
-  if (now >= goods.endAt.getTime()) {
-    throw new AppError('ENDED');
-  }
+  refuseIfEnded(goods, now);
   if (now < goods.startAt.getTime()) {
     throw new AppError('NOT_STARTED');
   }
@@ -30,6 +28,13 @@ export function refuseFromCopies(goods: GoodsRow, now: number): void {
   }
   if (knownSoldOut(goods.id, now)) {
     throw new AppError('SOLD_OUT');
+  }
+}
+
+/** 410 ENDED once the goods' sale window has closed (every sale route checks this first). */
+export function refuseIfEnded(goods: GoodsRow, now: number): void {
+  if (now >= goods.endAt.getTime()) {
+    throw new AppError('ENDED');
   }
 }
 

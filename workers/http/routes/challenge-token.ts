@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import { issueChallenge, passChallenge } from '../../edge/captcha';
-import { PURCHASE_TOKEN_TTL_MS } from '../../edge/purchase';
+import { PURCHASE_TOKEN_TTL_MS, refuseIfEnded } from '../../edge/purchase';
 import { issuePurchaseToken } from '../../edge/signed';
 import { soldOutNow } from '../../edge/sold-out';
 import { TokenBody } from '../../kernel/contract';
@@ -17,9 +17,7 @@ export const challengeToken = new Hono<AppEnv>()
   .post('/goods/:goodsId/challenge', shopperAuth, saleLimits('challenge'), goodsInPath, loadGoods, async (c) => {
     const { config, goods, limits, userId } = c.var;
     const now = Date.now();
-    if (now >= goods.endAt.getTime()) {
-      throw new AppError('ENDED');
-    }
+    refuseIfEnded(goods, now);
     return c.json(await issueChallenge(config, limits.powDifficulty, userId, goods.id, now));
   })
 
@@ -35,9 +33,7 @@ export const challengeToken = new Hono<AppEnv>()
       const body = c.req.valid('json');
       const { config, goods, limits, userId } = c.var;
       const now = Date.now();
-      if (now >= goods.endAt.getTime()) {
-        throw new AppError('ENDED');
-      }
+      refuseIfEnded(goods, now);
       if (soldOutNow(goods.id, now)) {
         throw new AppError('SOLD_OUT');
       }
