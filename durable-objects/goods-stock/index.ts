@@ -1,6 +1,4 @@
 import { DurableObject } from 'cloudflare:workers';
-import { dbOptions, withDb } from '../../db/client';
-import { findGoods, toGoodsInit } from '../../db/goods';
 import { getConfig } from '../../workers/kernel/config';
 import type {
   FailReason,
@@ -16,8 +14,9 @@ import { scheduleMetricsFlush } from '../../workers/metrics/flush';
 import { count } from '../../workers/metrics/registry';
 import { type MirrorCheck, MirrorSync } from '../../workers/mirror/sync';
 import { releaseOne, reserveOne } from './ledger';
-import { mirrorExpectation, mirrorFullState, mirrorGoods } from './mirror-view';
+import { mirrorExpectation, mirrorFullState, mirrorGoods, noteAccepted } from './mirror-view';
 import { Outbox } from './outbox';
+import { goodsFromPostgres, stockSnapshot } from './sale';
 import { type Sale, StockStorage } from './storage';
 
 /** The outbox's safety net: if the immediate flush did not empty it, the alarm retries. */
@@ -109,12 +108,12 @@ export class GoodsStock extends DurableObject<Env> {
         return;
       }
       try {
-        const row = await withDb(dbOptions(getConfig(this.env), 1), (db) => findGoods(db, goodsId));
-        if (!row) {
+        const goods = await goodsFromPostgres(this.env, goodsId);
+        if (!goods) {
           outcome = 'NOT_FOUND';
           return;
         }
-        await this.init(toGoodsInit(row));
+        await this.init(goods);
         outcome = this.sale ?? 'BUSY';
       } catch (error) {
         log.error('goods_stock.lazy_init_failed', { goodsId, error });
@@ -160,7 +159,8 @@ export class GoodsStock extends DurableObject<Env> {
       this.ensureAlarm(now + OUTBOX_ALARM_DELAY_MS);
       // The rows are committed; sending them now only shortens the wait. The alarm retries.
       this.ctx.waitUntil(this.outbox.flush());
-      this.mirrorAccepted(sale, items, outcomes);
+      noteAccepted(this.mirror, sale, items, outcomes);
+      this.syncMirror();
     }
     this.countDecisions(sale.goodsId, outcomes);
     return outcomes;
@@ -245,27 +245,10 @@ export class GoodsStock extends DurableObject<Env> {
   }
 
   private snapshotNow(): StockSnapshot {
-    const sale = this.sale;
-    if (!sale) {
+    if (!this.sale) {
       throw new Error('snapshot of an uninitialised sale');
     }
-    const counts = this.store.heldCounts();
-    const outbox = this.store.outboxStats();
-    return {
-      goodsId: sale.goodsId,
-      initialized: true,
-      totalStock: sale.totalStock,
-      remaining: sale.remaining,
-      startAt: sale.startAt,
-      endAt: sale.endAt,
-      paused: sale.paused,
-      queued: counts.queued,
-      confirmed: counts.confirmed,
-      outboxPending: outbox.n,
-      oldestOutboxAt: outbox.oldest,
-      mirrorStaleSince: this.mirror.staleSinceMs,
-      reserveRequests: this.reserveRequests,
-    };
+    return stockSnapshot(this.store, this.sale, { mirrorStaleSince: this.mirror.staleSinceMs, reserveRequests: this.reserveRequests });
   }
 
   /** Sends due outbox rows to the order queue. Single-flight: concurrent callers share a run. */
@@ -322,18 +305,6 @@ export class GoodsStock extends DurableObject<Env> {
     if (this.mirror.enabled) {
       this.ctx.waitUntil(this.mirror.flush());
     }
-  }
-
-  private mirrorAccepted(sale: Sale, items: ReserveItem[], outcomes: ReserveOutcome[]): void {
-    outcomes.forEach((o, i) => {
-      const userId = items[i]?.userId;
-      if (o.ok && !o.replay && userId !== undefined) {
-        this.mirror.noteUser(userId, true);
-        this.mirror.noteResult({ requestId: o.requestId, userId, value: 'QUEUED' });
-      }
-    });
-    this.mirror.noteStock(sale.remaining);
-    this.syncMirror();
   }
 
   private countDecisions(goodsId: number, outcomes: ReserveOutcome[]): void {
