@@ -1,26 +1,16 @@
 #!/usr/bin/env node
 // @ts-check
 // The import rule of the source tree (docs/architecture.md), checked over the import graph of
-// workers/, durable-objects/, db/ and web/src/. Fails (exit 1) naming each violating import as
+// workers/, durable-objects/, db/ and web/src/; fails (exit 1) naming each violating import as
 // file:line. Plain Node, no dependencies.
 //
-// Every source file belongs to one folder of the house, and the folders stand in layers:
-//
-//   0 entry      workers/index.ts
-//   1 http       workers/http/            (only the entry imports it)
-//   2 jobs       workers/queue/  workers/cron/
-//   3 edge       workers/edge/
-//   4 objects    durable-objects/<object>/   (each object is its own folder)
-//   5 libraries  workers/mirror/  workers/metrics/  workers/payments/
-//   6 routing    durable-objects/routing.ts  (makes every stub; objects are reached through it)
-//   7 db         db/
-//   8 kernel     workers/kernel/          (imports nothing of the project)
-//
-// A file may import its own folder and any folder in a lower layer (a higher number). Folders
-// of one layer may import each other only where the layer allows it (libraries do) and never
-// both ways. web/src/ may import the kernel only: types with `import type`, values only from a
-// kernel module that imports nothing itself (it is bundled into the page). Files kept at old
-// paths for the tools in scripts/ and test/node/ may not be imported by the tree.
+// Every file belongs to one folder of the house (FOLDERS), and the folders stand in layers,
+// from the entry (0) down to the kernel (8). A file may import its own folder and lower layers
+// only; only the entry imports workers/http or an object's folder (objects are reached through
+// their stubs, durable-objects/routing.ts); folders of one layer import each other only where
+// the layer allows it, never both ways. web/src/ takes from the kernel only: types with
+// `import type`, values only from kernel modules that import nothing (the page bundles them).
+// Files kept at old paths for the tools in scripts/ and test/node/ may not be imported.
 
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve, sep } from 'node:path';
@@ -31,7 +21,7 @@ import { fileURLToPath } from 'node:url';
 /** @typedef {{ path: string, source: string }} SourceFile */
 /** @typedef {{ file: string, line: number, message: string }} Violation */
 
-/** Where a file lives, checked in order: the first prefix that matches names its folder. */
+/** Where a file lives, checked in order (the first prefix that matches), and its layer; `true`: its layer's folders may import each other. */
 const FOLDERS = /** @type {const} */ ([
   ['workers/index.ts', 'entry', 0, false],
   ['workers/http/', 'http', 1, false],
@@ -204,6 +194,8 @@ export function checkGraph(files) {
       edges.set(from.name, edgeMap);
       if (to.name === 'http' && from.name !== 'entry') {
         violations.push({ ...at, message: `imports ${target}: nothing outside workers/http imports it but the entry` });
+      } else if (to.name.startsWith('durable-objects/') && from.name !== 'entry') {
+        violations.push({ ...at, message: `imports ${target}: objects are reached through their stubs (durable-objects/routing.ts)` });
       } else if (to.layer < from.layer) {
         violations.push({
           ...at,
@@ -339,6 +331,13 @@ export function selfTest() {
       [
         { path: 'db/goods.ts', source: '' },
         { path: 'workers/kernel/contract.ts', source: "import type { GoodsRow } from '../../db/goods';\n" },
+      ],
+    ],
+    [
+      'edge logic importing an object instead of its stub',
+      [
+        { path: 'durable-objects/goods-stock/storage.ts', source: '' },
+        { path: 'workers/edge/x.ts', source: "import type { Sale } from '../../durable-objects/goods-stock/storage';\n" },
       ],
     ],
     [

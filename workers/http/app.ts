@@ -32,7 +32,7 @@ export function createApp() {
   app.use(requestContext, requestMetrics, limitBody);
 
   app.route('/api/seckill', shopper);
-  // Inline form so staging/production bundles drop the route and its module (see build-flags.ts).
+  // Inline form so staging/production bundles drop the route and its module (see workers/kernel/build-flags.ts).
   if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
     app.route('/api/dev', dev);
   }

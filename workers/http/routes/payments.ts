@@ -63,7 +63,7 @@ export const payments = new Hono<AppEnv>().post('/callback', async (c) => {
   });
 });
 
-// Inline form so staging/production bundles drop the sandbox and its module (see build-flags.ts).
+// Inline form so staging/production bundles drop the sandbox and its module (see workers/kernel/build-flags.ts).
 if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
   payments.route('/sandbox', sandboxRoutes);
 }
