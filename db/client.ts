@@ -58,3 +58,17 @@ export function httpDb(options: DbOptions): HttpDb {
   configureDriver(options.wsProxy);
   return drizzleHttp({ client: neon(options.databaseUrl), schema });
 }
+
+/** The database settings of a parsed configuration. */
+export function dbOptions(config: { databaseUrl: string; pgWsProxy: string | undefined }, max?: number): DbOptions {
+  return { databaseUrl: config.databaseUrl, wsProxy: config.pgWsProxy, ...(max === undefined ? {} : { max }) };
+}
+
+/** withDb with a configuration's settings (a pool of `max` connections, 5 by default). */
+export function withDbFor<T>(
+  config: { databaseUrl: string; pgWsProxy: string | undefined },
+  work: (db: Db) => Promise<T>,
+  max?: number,
+): Promise<T> {
+  return withDb(dbOptions(config, max), work);
+}

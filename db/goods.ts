@@ -1,6 +1,9 @@
-import { and, asc, eq, gt, sql } from 'drizzle-orm';
-import type { CreateGoodsBody, GoodsInit } from '../workers/schemas';
+import { and, asc, count, eq, gt, inArray, sql } from 'drizzle-orm';
+import { z } from 'zod';
+import type { CreateGoodsBody, GoodsInit, GoodsPlacement } from '../workers/kernel/contract';
+import { PREWARM_AHEAD_MS, RECONCILE_ENDED_WITHIN_MS } from '../workers/kernel/schedule';
 import type { Db } from './client';
+import type { SqlExecutor } from './orders';
 import { ORDER_STATUS, seckillGoods, seckillOrder } from './schema';
 
 export type GoodsRow = typeof seckillGoods.$inferSelect;
@@ -43,6 +46,12 @@ export function listCurrentGoods(db: Db, now: number, endedWithinMs = 0): Promis
     .limit(500);
 }
 
+/** Goods on sale, about to start (pre-warmed), or ended within the last hour: what reconciliation and the gauges look at. */
+export async function listGoodsInScope(db: Db, now: number): Promise<GoodsRow[]> {
+  const rows = await listCurrentGoods(db, now, RECONCILE_ENDED_WITHIN_MS);
+  return rows.filter((r) => r.startAt.getTime() - now <= PREWARM_AHEAD_MS);
+}
+
 export async function setGoodsPaused(db: Db, goodsId: number, paused: boolean): Promise<GoodsRow | undefined> {
   const [row] = await db
     .update(seckillGoods)
@@ -60,6 +69,18 @@ export async function countOrdersByStatus(db: Db, goodsId: number): Promise<Reco
     .where(eq(seckillOrder.goodsId, goodsId))
     .groupBy(seckillOrder.status);
   return Object.fromEntries(rows.map((r) => [r.status, r.n]));
+}
+
+/** Order counts by goods and status code, for several goods at once. */
+export function countOrdersByGoodsAndStatus(db: Db, goodsIds: number[]): Promise<{ goodsId: number; status: number; n: number }[]> {
+  if (goodsIds.length === 0) {
+    return Promise.resolve([]);
+  }
+  return db
+    .select({ goodsId: seckillOrder.goodsId, status: seckillOrder.status, n: count() })
+    .from(seckillOrder)
+    .where(inArray(seckillOrder.goodsId, goodsIds))
+    .groupBy(seckillOrder.goodsId, seckillOrder.status);
 }
 
 /** Live (pending or paid) orders of one goods. */
@@ -85,4 +106,22 @@ export function toGoodsInit(row: GoodsRow): GoodsInit {
     paused: row.status === 1,
     payTimeoutSeconds: row.payTimeoutSeconds,
   };
+}
+
+const PlacementRow = z.object({ id: z.coerce.number(), location_hint: z.string().nullable() });
+
+/** The placements (id and location hint) of these goods; one statement, on a pool or over HTTP. */
+export async function findPlacements(db: SqlExecutor, goodsIds: number[]): Promise<GoodsPlacement[]> {
+  if (goodsIds.length === 0) {
+    return [];
+  }
+  const ids = sql.join(
+    goodsIds.map((id) => sql`${id}`),
+    sql`, `,
+  );
+  const { rows } = await db.execute(sql`SELECT id, location_hint FROM seckill_goods WHERE id IN (${ids})`);
+  return rows.map((r) => {
+    const row = PlacementRow.parse(r);
+    return { id: row.id, locationHint: row.location_hint };
+  });
 }

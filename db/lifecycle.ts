@@ -1,4 +1,5 @@
-import { and, eq, sql } from 'drizzle-orm';
+import { and, asc, count, eq, lte, sql } from 'drizzle-orm';
+import { OVERDUE_GRACE_MS } from '../workers/kernel/schedule';
 import type { Db } from './client';
 import { mqConsumeLog, ORDER_STATUS, seckillGoods, seckillOrder } from './schema';
 
@@ -65,4 +66,35 @@ export async function closePendingOrder(
 export async function findOrder(db: Db, orderId: string): Promise<OrderRow | undefined> {
   const [row] = await db.select().from(seckillOrder).where(eq(seckillOrder.id, orderId)).limit(1);
   return row;
+}
+
+function overdue(now: number, goodsId: number | undefined) {
+  const conditions = [
+    eq(seckillOrder.status, ORDER_STATUS.PENDING_PAYMENT),
+    lte(seckillOrder.payDeadline, new Date(now - OVERDUE_GRACE_MS)),
+  ];
+  if (goodsId !== undefined) {
+    conditions.push(eq(seckillOrder.goodsId, goodsId));
+  }
+  return and(...conditions);
+}
+
+/** Pending orders past their deadline and the grace period (of one goods, or all), earliest deadline first. */
+export function listOverdueOrders(
+  db: Db,
+  now: number,
+  options: { goodsId?: number | undefined; limit: number },
+): Promise<{ id: string }[]> {
+  return db
+    .select({ id: seckillOrder.id })
+    .from(seckillOrder)
+    .where(overdue(now, options.goodsId))
+    .orderBy(asc(seckillOrder.payDeadline))
+    .limit(options.limit);
+}
+
+/** How many of a goods' pending orders are past their deadline and the grace period. */
+export async function countOverdueOrders(db: Db, goodsId: number, now: number): Promise<number> {
+  const [row] = await db.select({ n: count() }).from(seckillOrder).where(overdue(now, goodsId));
+  return row?.n ?? 0;
 }

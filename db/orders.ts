@@ -1,6 +1,6 @@
 import { type SQL, sql } from 'drizzle-orm';
 import { z } from 'zod';
-import type { FailReason, OrderMessage } from '../workers/schemas';
+import type { FailReason, OrderMessage } from '../workers/kernel/contract';
 
 export type WriteResult =
   | { requestId: string; ok: true; orderId: string; created: boolean }

@@ -1,8 +1,8 @@
 import { and, asc, count, eq, inArray, lte } from 'drizzle-orm';
-import { decidePaymentEvent, type EventOutcome, isPaymentStatus, type PaymentStatus } from '../workers/payments/decide';
-import type { PaymentCallbackBody } from '../workers/schemas';
+import type { PaymentCallbackBody } from '../workers/kernel/contract';
 import type { Db } from './client';
 import type { OrderRow } from './lifecycle';
+import { decidePaymentEvent, type EventOutcome, isPaymentStatus, type PaymentStatus } from './payment-decision';
 import { ORDER_STATUS, payment, paymentEvent, refund, seckillOrder } from './schema';
 
 export type PaymentRow = typeof payment.$inferSelect;

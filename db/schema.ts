@@ -13,6 +13,7 @@ import {
   timestamp,
   uniqueIndex,
 } from 'drizzle-orm/pg-core';
+import { ORDER_STATUS } from '../workers/kernel/order-status';
 
 const createdAt = () => timestamp('created_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow();
 const updatedAt = () => timestamp('updated_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow();
@@ -48,15 +49,7 @@ export const seckillGoods = pgTable(
   ],
 );
 
-/** Order status codes, as in the seed: 0 pending, 1 paid, 2 cancelled, 3 closed on timeout, 4 refunded. */
-export const ORDER_STATUS = {
-  PENDING_PAYMENT: 0,
-  PAID: 1,
-  CANCELLED: 2,
-  CLOSED_TIMEOUT: 3,
-  REFUNDED: 4,
-} as const;
-export type OrderStatusName = keyof typeof ORDER_STATUS;
+export { ORDER_STATUS, type OrderStatusName } from '../workers/kernel/order-status';
 
 /** Orders. Ids come from the goods' Durable Object, so a redelivered message inserts nothing. */
 export const seckillOrder = pgTable(

@@ -1,11 +1,13 @@
 import { runScheduled } from './cron';
 import { createApp } from './http/app';
-import { log } from './log';
+import { log } from './kernel/log';
 import { handleQueue } from './queue';
 
-export { EdgeGuard } from '../durable-objects/edge-guard';
-export { GoodsStock } from '../durable-objects/goods-stock';
-export { Metrics } from '../durable-objects/metrics';
+export { AdmissionGate } from '../durable-objects/admission-gate/index';
+export { EdgeGuard } from '../durable-objects/edge-guard/index';
+export { GoodsStock } from '../durable-objects/goods-stock/index';
+export { LimitsStore } from '../durable-objects/limits-store/index';
+export { Metrics } from '../durable-objects/metrics/index';
 
 const app = createApp();
 

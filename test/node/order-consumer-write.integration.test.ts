@@ -9,7 +9,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type WriteResult, writeOrders } from '../../db/orders';
 import { startTestServices } from '../../scripts/lib/test-services.ts';
-import type { OrderMessage } from '../../workers/schemas';
+import type { OrderMessage } from '../../workers/kernel/contract';
 
 const SERVER_URL = process.env.TEST_DATABASE_URL;
 if (!SERVER_URL) {

@@ -19,7 +19,7 @@ import { shopperMessages } from '../../web/src/shopper/messages';
 import { ClickGuard, LocalLimiter, resultPollDelay } from '../../web/src/shopper/pacing';
 import { leadingZeroBits, solvePow } from '../../web/src/shopper/pow';
 import { readSession } from '../../web/src/shopper/session';
-import { verifyPow } from '../../workers/defences/pow';
+import { verifyPow } from '../../workers/kernel/pow';
 
 describe('server clock', () => {
   it('takes the offset at the midpoint of the round trip', () => {

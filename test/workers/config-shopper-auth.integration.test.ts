@@ -5,10 +5,10 @@ import { env } from 'cloudflare:workers';
 import { sign } from 'hono/jwt';
 import type { HonoJsonWebKey } from 'hono/utils/jwt/jws';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import type { ShopperAuthConfig } from '../../workers/config';
-import { AppError } from '../../workers/errors';
-import { clearKeySets, verifyShopperToken } from '../../workers/http/shopper-jwt';
+import { clearKeySets, verifyShopperToken } from '../../workers/edge/shopper-jwt';
 import worker from '../../workers/index';
+import type { ShopperAuthConfig } from '../../workers/kernel/config';
+import { AppError } from '../../workers/kernel/errors';
 
 const JWKS_URL = 'https://login.shop.test/.well-known/jwks.json';
 const ISSUER = 'https://login.shop.test/';

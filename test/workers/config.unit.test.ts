@@ -1,6 +1,6 @@
 import { env } from 'cloudflare:test';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, getConfig, MIN_SECRET_LENGTH, parseConfig } from '../../workers/config';
+import { ConfigError, getConfig, MIN_SECRET_LENGTH, parseConfig } from '../../workers/kernel/config';
 
 /** A 64-character hex string that passes the strength checks; `seed` makes each one different. */
 function strong(seed: number): string {

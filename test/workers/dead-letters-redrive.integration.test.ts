@@ -3,10 +3,10 @@ import { env } from 'cloudflare:workers';
 import { eq } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { deadLetter, seckillGoods, seckillOrder } from '../../db/schema';
+import type { OrderMessage } from '../../workers/kernel/contract';
 import { consumeDeadLetters } from '../../workers/queue/dead-letters';
 import { consumeOrders } from '../../workers/queue/orders';
 import { consumeTimeouts } from '../../workers/queue/timeouts';
-import type { OrderMessage } from '../../workers/schemas';
 import { ADMIN, buyOrder, call, createGoods, eventually, json, orderOf, settled, sql, stats } from './helpers';
 
 /** The Worker with its Postgres unreachable (a refused port behind the bridge's allow-list). */

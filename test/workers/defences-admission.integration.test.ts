@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { enterInFlight } from '../../workers/defences/admission';
-import { SOLD_OUT_TRUST_MS } from '../../workers/defences/sold-out';
-import { TokenBucket } from '../../workers/defences/windows';
+import { TokenBucket } from '../../durable-objects/admission-gate/bucket';
+import { enterInFlight } from '../../workers/edge/admission';
+import { SOLD_OUT_TRUST_MS } from '../../workers/edge/sold-out';
 import {
   ADMIN,
   bearer,

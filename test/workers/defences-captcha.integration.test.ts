@@ -1,10 +1,10 @@
 import { createExecutionContext, waitOnExecutionContext } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { CHALLENGE_TTL_MS } from '../../workers/defences/captcha';
-import { leadingZeroBits, solvePow } from '../../workers/defences/pow';
-import { SITEVERIFY_URL } from '../../workers/defences/turnstile';
+import { CHALLENGE_TTL_MS } from '../../workers/edge/captcha';
+import { SITEVERIFY_URL } from '../../workers/edge/turnstile';
 import { createApp } from '../../workers/http/app';
+import { leadingZeroBits, solvePow } from '../../workers/kernel/pow';
 import { bearer, call, createGoods, devToken, json, purchase, setLimits, stockSnapshot, tokenFor } from './helpers';
 
 type Challenge = { challengeId: string; kind: string; prompt?: string; siteKey?: string; pow?: { prefix: string; difficulty: number } };

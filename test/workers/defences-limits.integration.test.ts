@@ -1,8 +1,9 @@
 import { env } from 'cloudflare:workers';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { SHIELD_LIMIT, SHIELD_PERIOD_SECONDS } from '../../workers/defences/client-guard';
-import { limitsStore } from '../../workers/defences/guard-routing';
-import { currentLimits, DEFAULT_LIMITS, LIMITS_TTL_MS } from '../../workers/defences/limits';
+import { limitsStore } from '../../durable-objects/routing';
+import { SHIELD_LIMIT, SHIELD_PERIOD_SECONDS } from '../../workers/edge/client-guard';
+import { currentLimits, LIMITS_TTL_MS } from '../../workers/edge/limits';
+import { DEFAULT_LIMITS } from '../../workers/kernel/limits';
 import { ADMIN, bearer, call, createGoods, devToken, json, setLimits } from './helpers';
 
 type ErrorBody = { error: { code: string; message: string; requestId: string } };

@@ -1,10 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { clientIp, clientKeys, ipKey } from '../../workers/defences/client-guard';
-import { type AdmitKey, GuardBook } from '../../workers/defences/guard-rules';
-import { admissionRate, applyPatch, DEFAULT_LIMITS, LimitsPatch, readStoredLimits } from '../../workers/defences/limits';
-import { leadingZeroBits, solvePow, verifyPow } from '../../workers/defences/pow';
-import { knownSoldOut, markInStock, markSoldOut, SOLD_OUT_TRUST_MS, soldOutNow } from '../../workers/defences/sold-out';
-import { SlidingLog, TokenBucket, WindowCounter } from '../../workers/defences/windows';
+import { TokenBucket } from '../../durable-objects/admission-gate/bucket';
+import { GuardBook } from '../../durable-objects/edge-guard/rules';
+import { SlidingLog, WindowCounter } from '../../durable-objects/edge-guard/windows';
+import { applyPatch, readStoredLimits } from '../../durable-objects/limits-store/rules';
+import { clientIp, clientKeys, ipKey } from '../../workers/edge/client-guard';
+import { knownSoldOut, markInStock, markSoldOut, SOLD_OUT_TRUST_MS, soldOutNow } from '../../workers/edge/sold-out';
+import type { AdmitKey } from '../../workers/kernel/contract';
+import { admissionRate, DEFAULT_LIMITS, LimitsPatch } from '../../workers/kernel/limits';
+import { leadingZeroBits, solvePow, verifyPow } from '../../workers/kernel/pow';
 
 const T0 = 1_700_000_000_000;
 

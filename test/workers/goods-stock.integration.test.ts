@@ -3,10 +3,9 @@ import { env } from 'cloudflare:workers';
 import { eq } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { seckillOrder } from '../../db/schema';
-import type { GoodsStock } from '../../durable-objects/goods-stock';
-import { goodsStock } from '../../workers/routing';
-import type { ReserveItem } from '../../workers/schemas';
-import { createGoods, eventually, settled, sql } from './helpers';
+import type { GoodsStock } from '../../durable-objects/goods-stock/index';
+import type { ReserveItem } from '../../workers/kernel/contract';
+import { createGoods, eventually, settled, sql, stockObject } from './helpers';
 
 let seq = 0;
 function item(goodsId: number, userId: string, overrides: Partial<ReserveItem> = {}): ReserveItem {
@@ -35,7 +34,7 @@ const failingQueue = {
 describe('GoodsStock', () => {
   it('sells exactly min(N, S) to N concurrent shoppers and nobody twice', async () => {
     const { goodsId } = await createGoods({ stock: 25 });
-    const stub = goodsStock(env, goodsId);
+    const stub = stockObject(goodsId);
     // 60 shoppers, each trying three times at once, in batches and alone, all concurrently.
     const users = Array.from({ length: 60 }, (_, i) => `u${i}`);
     const calls = users.flatMap((u) => [
@@ -57,7 +56,7 @@ describe('GoodsStock', () => {
 
   it('answers a repeated request id with the first answer, taking one unit', async () => {
     const { goodsId } = await createGoods({ stock: 2 });
-    const stub = goodsStock(env, goodsId);
+    const stub = stockObject(goodsId);
     const first = item(goodsId, 'ann', { keyed: true });
     const [a] = await stub.reserveMany(goodsId, [first]);
     const [b] = await stub.reserveMany(goodsId, [{ ...first, tokenId: 'another-token' }]);
@@ -74,7 +73,7 @@ describe('GoodsStock', () => {
 
   it('spends a token once, even across requests', async () => {
     const { goodsId } = await createGoods({ stock: 5 });
-    const stub = goodsStock(env, goodsId);
+    const stub = stockObject(goodsId);
     const [a] = await stub.reserveMany(goodsId, [item(goodsId, 'bo', { tokenId: 'shared-token' })]);
     const [b] = await stub.reserveMany(goodsId, [item(goodsId, 'cy', { tokenId: 'shared-token' })]);
     expect(a?.ok).toBe(true);
@@ -83,7 +82,7 @@ describe('GoodsStock', () => {
 
   it('keeps a reservation whose queue send failed in the outbox and delivers it from the alarm', async () => {
     const { goodsId } = await createGoods({ stock: 3 });
-    const stub = goodsStock(env, goodsId);
+    const stub = stockObject(goodsId);
     await runInDurableObject(stub, (instance: GoodsStock) => swapQueue(instance, failingQueue));
     const [o] = await stub.reserveMany(goodsId, [item(goodsId, 'dee')]);
     expect(o?.ok).toBe(true);
@@ -103,14 +102,14 @@ describe('GoodsStock', () => {
 
   it('loses nothing when the object is evicted with unsent reservations', async () => {
     const { goodsId } = await createGoods({ stock: 4 });
-    const stub = goodsStock(env, goodsId);
+    const stub = stockObject(goodsId);
     await runInDurableObject(stub, (instance: GoodsStock) => swapQueue(instance, failingQueue));
     const outcomes = await stub.reserveMany(goodsId, [item(goodsId, 'e1'), item(goodsId, 'e2'), item(goodsId, 'e3')]);
     expect(outcomes.every((o) => o.ok)).toBe(true);
     // The instance is thrown away (as on eviction or a crash); storage stays. A fresh
     // instance has the real queue binding again.
     await runInDurableObject(stub, (_instance, state) => state.abort('evicted by the test')).catch(() => undefined);
-    const fresh = goodsStock(env, goodsId);
+    const fresh = stockObject(goodsId);
     expect((await fresh.snapshot())?.outboxPending).toBe(3);
     await runInDurableObject(fresh, (_i, state) => {
       state.storage.sql.exec('UPDATE outbox SET next_at = 0');
@@ -122,7 +121,7 @@ describe('GoodsStock', () => {
 
   it('gives a released unit back and lets the shopper buy again, once', async () => {
     const { goodsId } = await createGoods({ stock: 1 });
-    const stub = goodsStock(env, goodsId);
+    const stub = stockObject(goodsId);
     const first = item(goodsId, 'fay');
     expect((await stub.reserveMany(goodsId, [first]))[0]?.ok).toBe(true);
     await settled(goodsId);
@@ -136,7 +135,7 @@ describe('GoodsStock', () => {
     const { goodsId } = await createGoods({ stock: 7 });
     // A second object for the same goods id in another namespace name is not possible; instead
     // wipe this one's sale and let the next reservation load it again.
-    const stub = goodsStock(env, goodsId);
+    const stub = stockObject(goodsId);
     await runInDurableObject(stub, (instance, state) => {
       state.storage.sql.exec('DELETE FROM sale');
       (instance as unknown as { sale: undefined }).sale = undefined;
@@ -145,7 +144,7 @@ describe('GoodsStock', () => {
     const [o] = await stub.reserveMany(goodsId, [item(goodsId, 'gil')]);
     expect(o?.ok).toBe(true);
     expect((await stub.snapshot())?.remaining).toBe(6);
-    const [missing] = await goodsStock(env, 987654321).reserveMany(987654321, [item(987654321, 'gil')]);
+    const [missing] = await stockObject(987654321).reserveMany(987654321, [item(987654321, 'gil')]);
     expect(missing).toMatchObject({ ok: false, reason: 'NOT_FOUND' });
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { GroupCommit, WaitedTooLong } from '../../workers/group-commit';
+import { GroupCommit, WaitedTooLong } from '../../workers/edge/group-commit';
 
 /** A send whose batches the test answers by hand. */
 function manualSend() {

@@ -5,10 +5,10 @@ import { sql as drizzleSql } from 'drizzle-orm';
 import { expect } from 'vitest';
 import type { Db } from '../../db/client';
 import { withDb } from '../../db/client';
-import { hmacHex } from '../../workers/crypto';
+import { goodsStock } from '../../durable-objects/routing';
 import worker from '../../workers/index';
+import { hmacHex } from '../../workers/kernel/crypto';
 import { consumeTimeouts } from '../../workers/queue/timeouts';
-import { goodsStock } from '../../workers/routing';
 
 export const ADMIN = { authorization: `Bearer ${env.ADMIN_TOKEN}` };
 const BASE = 'https://seckill.test';
@@ -230,9 +230,14 @@ export async function setLimits(patch: Record<string, unknown>): Promise<Record<
   return json(res);
 }
 
+/** A goods' stock object, addressed as the Worker does (a test goods has no location hint). */
+export function stockObject(goodsId: number) {
+  return goodsStock(env, { id: goodsId, locationHint: null });
+}
+
 /** The goods' stock object's own view; `reserveRequests` counts the reservations that reached it. */
 export async function stockSnapshot(goodsId: number) {
-  const snapshot = await goodsStock(env, goodsId).snapshot();
+  const snapshot = await stockObject(goodsId).snapshot();
   if (!snapshot) {
     throw new Error(`goods ${goodsId} has no stock object`);
   }

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { ERROR_STATUS, type ErrorCode } from '../../workers/errors';
+import { ERROR_STATUS, type ErrorCode } from '../../workers/kernel/errors';
 import { ADMIN, bearer, call, createGoods, devToken, setLimits, settled, tokenFor } from './helpers';
 
 // Whatever arrives, every route answers with the contract's error shape and a 4xx, never a

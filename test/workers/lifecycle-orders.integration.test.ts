@@ -4,8 +4,8 @@ import { eq } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { seckillOrder } from '../../db/schema';
 import { closeOverdueOrders } from '../../workers/cron/overdue';
-import { consumeTimeouts, releaseOrRepair } from '../../workers/queue/timeouts';
-import { goodsStock } from '../../workers/routing';
+import { releaseOrRepair } from '../../workers/edge/release';
+import { consumeTimeouts } from '../../workers/queue/timeouts';
 import {
   bearer,
   buyOrder,
@@ -19,6 +19,7 @@ import {
   paymentCallback,
   settled,
   sql,
+  stockObject,
 } from './helpers';
 
 /** Later than any default 900 s payment window opened during the test run. */
@@ -139,11 +140,11 @@ describe('cancelling an order', () => {
         },
       },
     } as unknown as Env;
-    expect(await releaseOrRepair(downEnv, { ...order, status: 2 })).toBe(false);
+    expect(await releaseOrRepair(downEnv, { id: goodsId, locationHint: null }, { ...order, status: 2 })).toBe(false);
     expect(sent).toEqual([
       { body: { v: 1, kind: 'pay-timeout', orderId, goodsId }, options: expect.objectContaining({ contentType: 'json' }) },
     ]);
-    expect((await goodsStock(env, goodsId).snapshot())?.remaining).toBe(1);
+    expect((await stockObject(goodsId).snapshot())?.remaining).toBe(1);
 
     // The repair message reaches the real consumer, which releases the unit (at most once).
     const batch = createMessageBatch('seckill-order-timeouts', [
@@ -153,7 +154,7 @@ describe('cancelling an order', () => {
     const ctx = createExecutionContext();
     await consumeTimeouts(batch, env);
     expect((await getQueueResult(batch, ctx)).explicitAcks).toEqual(['repair-1', 'repair-2']);
-    expect((await goodsStock(env, goodsId).snapshot())?.remaining).toBe(2);
+    expect((await stockObject(goodsId).snapshot())?.remaining).toBe(2);
     expect((await orderOf(jwt, orderId)).status).toBe('CANCELLED');
   });
 });

@@ -3,12 +3,11 @@ import { env } from 'cloudflare:workers';
 import { eq } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { seckillGoods, seckillOrder } from '../../db/schema';
-import type { GoodsStock } from '../../durable-objects/goods-stock';
+import type { GoodsStock } from '../../durable-objects/goods-stock/index';
 import worker from '../../workers/index';
+import type { OrderMessage, ReserveItem, TimeoutMessage } from '../../workers/kernel/contract';
 import { groupByGoods } from '../../workers/queue/orders';
-import { goodsStock } from '../../workers/routing';
-import type { OrderMessage, ReserveItem, TimeoutMessage } from '../../workers/schemas';
-import { createGoods, sql, stats } from './helpers';
+import { createGoods, sql, stats, stockObject } from './helpers';
 
 let seq = 0;
 function item(goodsId: number, userId: string): ReserveItem {
@@ -26,7 +25,7 @@ const holdingQueue = { sendBatch: () => Promise.reject(new Error('held for the t
 
 /** Reserves for `users` with the queue held, and returns the order messages the object made. */
 async function reserveHeld(goodsId: number, users: string[]): Promise<OrderMessage[]> {
-  const stub = goodsStock(env, goodsId);
+  const stub = stockObject(goodsId);
   await runInDurableObject(stub, (instance: GoodsStock) => {
     (instance as unknown as { env: Env }).env = { ...env, ORDER_QUEUE: holdingQueue };
   });
@@ -98,7 +97,7 @@ describe('order consumer', () => {
     expect(orders[0]).toMatchObject({ id: m.orderId, requestId: m.requestId, userId: 'dup', status: 0 });
     const s = await stats(goodsId);
     expect(s).toMatchObject({ dbStock: 2, queued: 0, orders: { PENDING_PAYMENT: 1 } });
-    expect((await goodsStock(env, goodsId).result(m.requestId))?.status).toBe('SUCCESS');
+    expect((await stockObject(goodsId).result(m.requestId))?.status).toBe('SUCCESS');
   });
 
   it('falls back to row by row when Postgres has less stock than the batch, and gives the rest back', async () => {
@@ -109,7 +108,7 @@ describe('order consumer', () => {
     const result = await deliver(messages);
     expect(result.explicitAcks).toHaveLength(3);
     expect(await ordersOf(goodsId)).toHaveLength(1);
-    const stub = goodsStock(env, goodsId);
+    const stub = stockObject(goodsId);
     const views = await Promise.all(messages.map((m) => stub.result(m.requestId)));
     expect(views.map((v) => v?.status).sort()).toEqual(['FAIL', 'FAIL', 'SUCCESS']);
     expect(views.filter((v) => v?.status === 'FAIL').every((v) => v?.reason === 'SOLD_OUT')).toBe(true);

@@ -2,7 +2,7 @@ import { env } from 'cloudflare:workers';
 import { eq } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { payment, paymentEvent, refund, seckillOrder } from '../../db/schema';
-import { hmacHex } from '../../workers/crypto';
+import { hmacHex } from '../../workers/kernel/crypto';
 import { bearer, buyOrder, call, createGoods, devToken, eventually, json, orderOf, paymentCallback, settled, sql } from './helpers';
 
 type PayAnswer = { paymentId: string; status: string; provider: string; amountCents: number; nextAction?: { kind: string; url: string } };

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { decidePaymentEvent, PAYMENT_STATUSES, type PaymentStatus } from '../../db/payment-decision';
 import { ORDER_STATUS } from '../../db/schema';
-import { decidePaymentEvent, PAYMENT_STATUSES, type PaymentStatus } from '../../workers/payments/decide';
 
 const { PENDING_PAYMENT, PAID, CANCELLED, CLOSED_TIMEOUT, REFUNDED } = ORDER_STATUS;
 const ORDER_STATUSES = [PENDING_PAYMENT, PAID, CANCELLED, CLOSED_TIMEOUT, REFUNDED];

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { hmacHex } from '../../workers/crypto';
+import { hmacHex } from '../../workers/kernel/crypto';
 import { parseWebhookBody, verifyWebhookSignature } from '../../workers/payments/webhook';
 
 const SECRET = 'unit-webhook-secret-0123456789abcdef';

@@ -3,9 +3,8 @@ import { env } from 'cloudflare:workers';
 import { desc, eq } from 'drizzle-orm';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { reconciliationReport, seckillGoods, seckillOrder } from '../../db/schema';
-import type { GoodsStock } from '../../durable-objects/goods-stock';
+import type { GoodsStock } from '../../durable-objects/goods-stock/index';
 import worker from '../../workers/index';
-import { goodsStock } from '../../workers/routing';
 import {
   ADMIN,
   buy,
@@ -22,6 +21,7 @@ import {
   spreadGoodsIds,
   sql,
   stats,
+  stockObject,
 } from './helpers';
 
 const redis = mirrorRedis();
@@ -45,7 +45,7 @@ function swapQueue(instance: GoodsStock, queue: Queue): void {
  * made to look minutes old with their next retry far away (many failed attempts behind them).
  */
 async function stuckOutbox(goodsId: number, units: number): Promise<void> {
-  const stub = goodsStock(env, goodsId);
+  const stub = stockObject(goodsId);
   await runInDurableObject(stub, (instance: GoodsStock) => swapQueue(instance, failingQueue));
   for (let i = 0; i < units; i++) {
     expect((await buy(`stuck-${goodsId}-${i}`, goodsId)).status).toBe(202);
@@ -160,16 +160,16 @@ describe('POST /admin/reconcile', () => {
     const { goodsId } = await createGoods({ stock: 3 });
     await stuckOutbox(goodsId, 1);
     // Not stuck long enough to re-drive: the reservation is simply on its way.
-    await runInDurableObject(goodsStock(env, goodsId), (_i, state) => {
+    await runInDurableObject(stockObject(goodsId), (_i, state) => {
       state.storage.sql.exec('UPDATE outbox SET created_at = ?', Date.now());
     });
     const [g] = (await reconcileNow(goodsId)).goods;
     expect(g?.discrepancies).toEqual([]);
     expect(g?.skipped).toContain('stock: orders are still in flight');
-    await runInDurableObject(goodsStock(env, goodsId), (_i, state) => {
+    await runInDurableObject(stockObject(goodsId), (_i, state) => {
       state.storage.sql.exec('UPDATE outbox SET next_at = 0');
     });
-    await goodsStock(env, goodsId).redriveOutbox();
+    await stockObject(goodsId).redriveOutbox();
     await settled(goodsId);
   });
 

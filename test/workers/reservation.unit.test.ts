@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { backoffSeconds, decide, orderNumber, type ReservationView, type SaleState } from '../../durable-objects/reservation';
-import type { ReserveItem } from '../../workers/schemas';
+import { decide, orderNumber, type ReservationView, type SaleState } from '../../durable-objects/goods-stock/rules';
+import { backoffSeconds } from '../../workers/kernel/backoff';
+import type { ReserveItem } from '../../workers/kernel/contract';
 
 const NOW = 1_800_000_000_000;
 

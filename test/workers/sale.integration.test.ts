@@ -1,9 +1,7 @@
-import { env } from 'cloudflare:workers';
 import { and, eq, sql as raw } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { seckillOrder } from '../../db/schema';
-import { goodsStock } from '../../workers/routing';
-import { bearer, call, createGoods, devToken, json, purchaseToken, settled, sql } from './helpers';
+import { bearer, call, createGoods, devToken, json, purchaseToken, settled, sql, stockObject } from './helpers';
 
 const USERS = 1000;
 const STOCK = 100;
@@ -70,7 +68,7 @@ describe('a sale of 1,000 shoppers for 100 units, through the Worker into Postgr
     );
     expect(perUser).toHaveLength(STOCK);
     expect(perUser.every((r) => r.n === 1)).toBe(true);
-    const stub = goodsStock(env, goodsId);
+    const stub = stockObject(goodsId);
     const results = await Promise.all(accepted.map((a) => stub.result(String(a.body.requestId))));
     expect(results.every((r) => r?.status === 'SUCCESS' && r.orderId)).toBe(true);
     expect(new Set(perUser.map((r) => r.userId))).toEqual(new Set(accepted.map((a) => a.userId)));

@@ -1,7 +1,6 @@
-import { withDb } from '../../db/client';
-import { getConfig } from '../config';
-import { dbOptions } from '../goods';
-import { log } from '../log';
+import { dbOptions, withDb } from '../../db/client';
+import { getConfig } from '../kernel/config';
+import { log } from '../kernel/log';
 import { flushMetrics } from '../metrics/flush';
 import { closeOverdueOrders } from './overdue';
 import { prewarmGoods } from './prewarm';
@@ -15,7 +14,7 @@ import { reconcile } from './reconcile';
 export async function runScheduled(env: Env, now = Date.now()) {
   const config = getConfig(env);
   try {
-    return await withDb({ ...dbOptions(config), max: 2 }, async (db) => {
+    return await withDb(dbOptions(config, 2), async (db) => {
       const prewarmed = await prewarmGoods(env, db, now);
       const report = await reconcile(env, db, now, { trigger: 'cron' });
       const closedOverdue = await closeOverdueOrders(env, db, now);

@@ -1,14 +1,11 @@
-import { and, asc, eq, lte } from 'drizzle-orm';
 import type { Db } from '../../db/client';
-import { closePendingOrder } from '../../db/lifecycle';
-import { ORDER_STATUS, seckillOrder } from '../../db/schema';
-import { getConfig } from '../config';
-import { log } from '../log';
+import { closePendingOrder, listOverdueOrders } from '../../db/lifecycle';
+import { placementOf } from '../edge/placements';
+import { releaseOrRepair } from '../edge/release';
+import { getConfig } from '../kernel/config';
+import { log } from '../kernel/log';
+import { ORDER_STATUS } from '../kernel/order-status';
 import { retryPendingRefunds } from '../payments/refunds';
-import { releaseOrRepair } from '../queue/timeouts';
-
-/** The timeout message normally closes an order at its deadline; the cron steps in after this. */
-export const OVERDUE_GRACE_MS = 60_000;
 
 export type OverdueOptions = {
   /** Only this goods' orders (an operator's targeted sweep); all goods when absent. */
@@ -22,19 +19,7 @@ export type OverdueOptions = {
  * again for refunds it has not confirmed. Returns how many orders it closed.
  */
 export async function closeOverdueOrders(env: Env, db: Db, now: number, options: OverdueOptions = {}): Promise<number> {
-  const conditions = [
-    eq(seckillOrder.status, ORDER_STATUS.PENDING_PAYMENT),
-    lte(seckillOrder.payDeadline, new Date(now - OVERDUE_GRACE_MS)),
-  ];
-  if (options.goodsId !== undefined) {
-    conditions.push(eq(seckillOrder.goodsId, options.goodsId));
-  }
-  const overdue = await db
-    .select({ id: seckillOrder.id })
-    .from(seckillOrder)
-    .where(and(...conditions))
-    .orderBy(asc(seckillOrder.payDeadline))
-    .limit(options.limit ?? 500);
+  const overdue = await listOverdueOrders(db, now, { goodsId: options.goodsId, limit: options.limit ?? 500 });
   let closed = 0;
   for (const o of overdue) {
     try {
@@ -42,7 +27,7 @@ export async function closeOverdueOrders(env: Env, db: Db, now: number, options:
       if (r.kind === 'closed') {
         closed++;
         // One unreachable object must not stop the sweep; the release is repeated from the queue.
-        await releaseOrRepair(env, r.order);
+        await releaseOrRepair(env, await placementOf(db, r.order.goodsId), r.order);
       }
     } catch (error) {
       log.warn('cron.overdue_close_failed', { orderId: o.id, error });

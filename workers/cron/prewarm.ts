@@ -1,10 +1,8 @@
 import type { Db } from '../../db/client';
 import { listCurrentGoods, toGoodsInit } from '../../db/goods';
-import { log } from '../log';
-import { goodsStock } from '../routing';
-
-/** Goods starting within this window are pre-warmed. */
-export const PREWARM_AHEAD_MS = 5 * 60_000;
+import { goodsStock } from '../../durable-objects/routing';
+import { log } from '../kernel/log';
+import { PREWARM_AHEAD_MS } from '../kernel/schedule';
 
 /**
  * Creates (or refreshes) the stock object of every goods that starts soon or is on sale. The
@@ -16,7 +14,7 @@ export async function prewarmGoods(env: Env, db: Db, now: number): Promise<numbe
   let prewarmed = 0;
   for (const g of goods.filter((r) => r.startAt.getTime() - now <= PREWARM_AHEAD_MS)) {
     try {
-      await goodsStock(env, g.id, (g.locationHint ?? undefined) as DurableObjectLocationHint | undefined).init(toGoodsInit(g));
+      await goodsStock(env, g).init(toGoodsInit(g));
       prewarmed++;
     } catch (error) {
       log.error('cron.prewarm_failed', { goodsId: g.id, error });

@@ -1,14 +1,13 @@
-import { and, count as countRows, eq, lte } from 'drizzle-orm';
 import type { Db } from '../../db/client';
-import { countLiveOrders, findGoods, type GoodsRow, listCurrentGoods, toGoodsInit } from '../../db/goods';
-import { ORDER_STATUS, reconciliationReport, seckillOrder } from '../../db/schema';
-import { log } from '../log';
+import { countOpenDeadLetters } from '../../db/dead-letters';
+import { countLiveOrders, findGoods, type GoodsRow, listGoodsInScope, toGoodsInit } from '../../db/goods';
+import { countOverdueOrders } from '../../db/lifecycle';
+import { insertReconciliationReport } from '../../db/reconciliation';
+import { goodsStock } from '../../durable-objects/routing';
+import type { StockSnapshot } from '../kernel/contract';
+import { log } from '../kernel/log';
 import { count } from '../metrics/registry';
-import { countOpenDeadLetters } from '../queue/dead-letters';
-import { goodsStock } from '../routing';
-import type { StockSnapshot } from '../schemas';
-import { closeOverdueOrders, OVERDUE_GRACE_MS } from './overdue';
-import { PREWARM_AHEAD_MS } from './prewarm';
+import { closeOverdueOrders } from './overdue';
 
 // Scheduled reconciliation (定时对账): the goods' object, Postgres and the Redis mirror are
 // compared for every goods on sale or recently ended. What can be repaired safely is: the
@@ -17,8 +16,6 @@ import { PREWARM_AHEAD_MS } from './prewarm';
 // Postgres disagree once the queue is drained, the run reports it and an operator decides,
 // because the object is the authority and an automatic correction could sell a unit twice.
 
-/** Goods that ended longer ago than this are left alone. */
-export const RECONCILE_ENDED_WITHIN_MS = 3600_000;
 /** Outbox rows older than this mean the queue send keeps failing (a healthy flush takes ms). */
 export const STUCK_OUTBOX_MS = 30_000;
 /** A mirror behind the object for longer than this had a write fail (healthy writes take ms). */
@@ -52,12 +49,6 @@ export type ReconcileReport = {
   actions: number;
 };
 
-/** Goods on sale, about to start (pre-warmed), or ended within the last hour. */
-export async function goodsInScope(db: Db, now: number): Promise<GoodsRow[]> {
-  const rows = await listCurrentGoods(db, now, RECONCILE_ENDED_WITHIN_MS);
-  return rows.filter((r) => r.startAt.getTime() - now <= PREWARM_AHEAD_MS);
-}
-
 type DbState = { stock: number; live: number };
 
 async function dbState(db: Db, goodsId: number): Promise<DbState | undefined> {
@@ -65,23 +56,9 @@ async function dbState(db: Db, goodsId: number): Promise<DbState | undefined> {
   return row ? { stock: row.stock, live: await countLiveOrders(db, goodsId) } : undefined;
 }
 
-async function countOverdue(db: Db, goodsId: number, now: number): Promise<number> {
-  const [row] = await db
-    .select({ n: countRows() })
-    .from(seckillOrder)
-    .where(
-      and(
-        eq(seckillOrder.goodsId, goodsId),
-        eq(seckillOrder.status, ORDER_STATUS.PENDING_PAYMENT),
-        lte(seckillOrder.payDeadline, new Date(now - OVERDUE_GRACE_MS)),
-      ),
-    );
-  return row?.n ?? 0;
-}
-
 /** One goods: find, repair what is safe, report the rest. */
 async function reconcileGoods(env: Env, db: Db, row: GoodsRow, now: number): Promise<GoodsReconciliation> {
-  const stub = goodsStock(env, row.id, (row.locationHint ?? undefined) as DurableObjectLocationHint | undefined);
+  const stub = goodsStock(env, row);
   const found: Discrepancy[] = [];
   const actions: Action[] = [];
   const skipped: string[] = [];
@@ -100,7 +77,7 @@ async function reconcileGoods(env: Env, db: Db, row: GoodsRow, now: number): Pro
     actions.push({ action: 'outbox_redriven', rows: r.before, stillPending: r.pending });
   }
 
-  const overdue = await countOverdue(db, row.id, now);
+  const overdue = await countOverdueOrders(db, row.id, now);
   if (overdue > 0) {
     found.push({ kind: 'orders_overdue', orders: overdue });
     const closed = await closeOverdueOrders(env, db, now, { goodsId: row.id });
@@ -180,7 +157,7 @@ export async function reconcile(
   now: number,
   options: { trigger: ReconcileTrigger; goodsId?: number },
 ): Promise<ReconcileReport> {
-  let rows = await goodsInScope(db, now);
+  let rows = await listGoodsInScope(db, now);
   if (options.goodsId !== undefined) {
     const one = rows.find((r) => r.id === options.goodsId) ?? (await findGoods(db, options.goodsId));
     rows = one ? [one] : [];
@@ -206,7 +183,7 @@ export async function reconcile(
       };
     }
     goods.push(result);
-    await db.insert(reconciliationReport).values({
+    await insertReconciliationReport(db, {
       goodsId: result.goodsId,
       runAt: new Date(now),
       doRemaining: result.doRemaining,

@@ -1,57 +1,38 @@
 import { Hono } from 'hono';
-import { bodyLimit } from 'hono/body-limit';
-import { HTTPException } from 'hono/http-exception';
-import { ConfigError, getConfig } from '../config';
-import { randomId } from '../crypto';
-import { AppError, type ErrorCode, errorBody } from '../errors';
-import { log } from '../log';
-import { requestMetrics } from '../metrics/middleware';
-import { admin } from './admin';
-import { adminDeadLetters } from './admin-dead-letters';
-import { adminLimits } from './admin-limits';
 import type { AppEnv } from './context';
-import { dev } from './dev';
-import { orders } from './orders';
-import { payments } from './payments';
-import { shopper } from './shopper';
+import { limitBody } from './middleware/body-limit';
+import { clientAddress } from './middleware/client-address';
+import { requestContext } from './middleware/context';
+import { loadLimits } from './middleware/limits';
+import { requestMetrics } from './middleware/metrics';
+import { ipShield } from './middleware/shield';
+import { notFound, onError } from './on-error';
+import { adminDeadLetters } from './routes/admin-dead-letters';
+import { admin } from './routes/admin-goods';
+import { adminLimits } from './routes/admin-limits';
+import { challengeToken } from './routes/challenge-token';
+import { dev } from './routes/dev';
+import { goods } from './routes/goods';
+import { orders } from './routes/orders';
+import { payments } from './routes/payments';
+import { purchase } from './routes/purchase';
+import { result } from './routes/result';
 
-/** Request bodies are small JSON documents; anything larger is refused before parsing. */
-const MAX_BODY_BYTES = 16 * 1024;
-
-const STATUS_CODE: Record<number, ErrorCode> = {
-  400: 'INVALID_INPUT',
-  401: 'UNAUTHENTICATED',
-  403: 'FORBIDDEN',
-  404: 'NOT_FOUND',
-  405: 'METHOD_NOT_ALLOWED',
-  413: 'PAYLOAD_TOO_LARGE',
-  415: 'UNSUPPORTED_MEDIA_TYPE',
-  429: 'RATE_LIMITED',
-};
+/** The shopper API under /api/seckill: every route first meets the client's address, the runtime limits and the shield. */
+const shopper = new Hono<AppEnv>()
+  .use(clientAddress, loadLimits, ipShield)
+  .route('/', goods)
+  .route('/', challengeToken)
+  .route('/', purchase)
+  .route('/', result);
 
 /** Builds the HTTP app: shopper API, admin API, dev helpers, one error shape. */
 export function createApp() {
   const app = new Hono<AppEnv>();
-
-  app.use(async function context(c, next) {
-    c.set('requestId', c.req.header('cf-ray') ?? randomId());
-    c.set('config', getConfig(c.env));
-    await next();
-  });
-
-  app.use(requestMetrics);
-
-  app.use(
-    bodyLimit({
-      maxSize: MAX_BODY_BYTES,
-      onError: () => {
-        throw new AppError('PAYLOAD_TOO_LARGE', `request bodies are limited to ${MAX_BODY_BYTES} bytes`);
-      },
-    }),
-  );
+  app.use(requestContext, requestMetrics, limitBody);
 
   app.route('/api/seckill', shopper);
-  // Inline form so staging/production bundles drop the route and its module (see build-flags.ts).
+  // Inline form so staging/production bundles drop the route and its module (see workers/kernel/build-flags.ts).
   if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
     app.route('/api/dev', dev);
   }
@@ -62,27 +43,7 @@ export function createApp() {
   app.route('/admin/limits', adminLimits);
   app.get('/api/health', (c) => c.json({ ok: true, serverTime: new Date().toISOString() }));
 
-  app.notFound((c) => c.json(errorBody('NOT_FOUND', `no route for ${c.req.method} ${c.req.path}`, c.var.requestId ?? ''), 404));
-
-  app.onError((err, c) => {
-    const requestId = c.var.requestId ?? '';
-    if (err instanceof AppError) {
-      for (const [k, v] of Object.entries(err.headers)) {
-        c.header(k, v);
-      }
-      return c.json(errorBody(err.code, err.message, requestId), err.status);
-    }
-    if (err instanceof HTTPException && err.status < 500) {
-      const code = STATUS_CODE[err.status] ?? 'INVALID_INPUT';
-      return c.json(errorBody(code, err.message || code.toLowerCase(), requestId), err.status);
-    }
-    if (err instanceof ConfigError) {
-      log.error('config.invalid', { requestId, issues: err.issues });
-      return c.json(errorBody('INTERNAL', 'the service is misconfigured', requestId), 500);
-    }
-    log.error('http.unhandled', { requestId, method: c.req.method, path: c.req.path, error: err });
-    return c.json(errorBody('INTERNAL', 'internal error', requestId), 500);
-  });
-
+  app.notFound(notFound);
+  app.onError(onError);
   return app;
 }

@@ -1,16 +1,37 @@
 import type { Context } from 'hono';
-import type { Config } from '../config';
+import type { GoodsRow } from '../../db/goods';
+import type { PurchaseToken } from '../edge/signed';
+import type { Config } from '../kernel/config';
+import type { Limits } from '../kernel/limits';
 
-/** Hono environment shared by every sub-app. */
+/** Hono environment shared by every sub-app. Each variable names the middleware that sets it. */
 export type AppEnv = {
   Bindings: Env;
   Variables: {
-    /** Trace id of this HTTP request, echoed in error bodies and logs. */
-    requestId: string;
+    /** This HTTP request's trace id (cf-ray, or random): the `requestId` of error bodies and log lines (requestContext). */
+    traceId: string;
     config: Config;
-    userId: string;
-    /** The client address from `cf-connecting-ip`, parsed once by edgeShield (shopper routes). */
+    /** The client address from `cf-connecting-ip` (shopper routes: clientAddress). */
     clientIp: string | undefined;
+    /** The runtime limits, read once per request (shopper routes: loadLimits). */
+    limits: Limits;
+    /** The signed-in shopper (shopperAuth). */
+    userId: string;
+    /** The goods a route is about, as named by the path or the body (goodsInPath, purchaseBody, ...). */
+    goodsId: number;
+    /** That goods' row, read once per request from the isolate's goods list (loadGoods). */
+    goods: GoodsRow;
+    // The purchase route's own steps (routes/purchase.ts), in the order they are set.
+    /** The body's one-time token (purchaseBody). */
+    purchaseToken: string;
+    /** The hidden path the token was issued with (purchasePath). */
+    purchasePath: string;
+    /** The client's Idempotency-Key, when it sent one (idempotencyKey). */
+    idempotencyKey: string | undefined;
+    /** The verified token (verifyToken). */
+    verified: PurchaseToken;
+    /** The purchase's request id, which the 202 answers as `requestId` (verifyToken). */
+    purchaseId: string;
   };
 };
 

@@ -1,4 +1,6 @@
-import { log } from '../log';
+import { metricsHub } from '../../durable-objects/routing';
+import { log } from '../kernel/log';
+import { sleep } from '../kernel/sleep';
 import { hasPending, type MetricsDelta, restoreDelta, takeDelta } from './registry';
 
 /** An isolate ships its deltas at most this often (plus once per scrape). */
@@ -8,11 +10,6 @@ let lastFlushAt = 0;
 /** When the pending delayed flush was scheduled (0: none). */
 let delayedSince = 0;
 let inFlight = 0;
-
-/** The one object that holds the totals. */
-export function metricsHub(env: Env) {
-  return env.METRICS.get(env.METRICS.idFromName('metrics'));
-}
 
 /** Ships this isolate's pending deltas now. A failed send puts them back for the next try. */
 export async function flushMetrics(env: Env): Promise<void> {
@@ -56,7 +53,7 @@ export function scheduleMetricsFlush(env: Env, waitUntil: (p: Promise<unknown>) 
   }
   delayedSince = Date.now();
   waitUntil(
-    new Promise((resolve) => setTimeout(resolve, wait)).then(() => {
+    sleep(wait).then(() => {
       delayedSince = 0;
       return flushMetrics(env);
     }),
@@ -70,7 +67,7 @@ export function scheduleMetricsFlush(env: Env, waitUntil: (p: Promise<unknown>) 
 export async function flushBeforeRead(env: Env, maxWaitMs = 1_000): Promise<void> {
   const deadline = Date.now() + maxWaitMs;
   while (inFlight > 0 && Date.now() < deadline) {
-    await new Promise((resolve) => setTimeout(resolve, 5));
+    await sleep(5);
   }
   await flushMetrics(env);
 }

@@ -1,7 +1,10 @@
-import { log } from '../log';
+import { log } from '../kernel/log';
 import { MirrorSkipped, type MirrorView, mirrorRetryAt, type RedisConfig, readMirrorView, writeMirror } from './client';
 import { compareMirror, type MirrorDiscrepancy, type MirrorExpectation } from './compare';
 import { deltaOps, emptyDelta, fullOps, isEmptyDelta, type MirrorFullState, type MirrorGoods, type MirrorResult } from './plan';
+
+/** The mirror's bookkeeping, which the goods' object keeps in its storage. */
+export type MirrorBookkeeping = { title: string; staleSince: number | null };
 
 /** What the goods' object lets its mirror read, synchronously, from committed storage. */
 export type MirrorHost = {
@@ -10,6 +13,8 @@ export type MirrorHost = {
   expectation(): MirrorExpectation | undefined;
   /** Asks for an alarm at `at`, to retry a failed write. */
   retryAt(at: number): void;
+  /** Stores the bookkeeping durably (the object's storage owns the table). */
+  persist(state: MirrorBookkeeping): void;
 };
 
 export type MirrorCheck =
@@ -54,19 +59,14 @@ export class MirrorSync {
   private config: RedisConfig | undefined | null = null;
 
   constructor(
-    private readonly sql: SqlStorage,
     private readonly redisConfig: () => RedisConfig | undefined,
     private readonly host: MirrorHost,
   ) {}
 
-  /** Creates the mirror's bookkeeping table and reads it; call while the object loads. */
-  load(): void {
-    this.sql.exec(
-      'CREATE TABLE IF NOT EXISTS mirror_state (id INTEGER PRIMARY KEY CHECK (id = 1), title TEXT NOT NULL, stale_since INTEGER)',
-    );
-    const row = this.sql.exec<{ title: string; stale_since: number | null }>('SELECT title, stale_since FROM mirror_state').toArray()[0];
-    this.storedTitle = row?.title ?? '';
-    this.staleSince = row?.stale_since ?? null;
+  /** Takes the bookkeeping the object stored; call while the object loads. */
+  load(state: MirrorBookkeeping): void {
+    this.storedTitle = state.title;
+    this.staleSince = state.staleSince;
     // Changes noted by a previous instance were in its memory only: rewrite everything.
     this.needsFull = this.staleSince !== null;
   }
@@ -110,7 +110,7 @@ export class MirrorSync {
   }
 
   private persist(): void {
-    this.sql.exec('INSERT OR REPLACE INTO mirror_state (id, title, stale_since) VALUES (1, ?, ?)', this.storedTitle, this.staleSince);
+    this.host.persist({ title: this.storedTitle, staleSince: this.staleSince });
   }
 
   private changed(): void {

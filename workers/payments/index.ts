@@ -6,7 +6,7 @@ function registered(ctx: ProviderContext): PaymentProvider[] {
   const providers: PaymentProvider[] = [];
   // A deployment plugs its real provider in here (an adapter implementing PaymentProvider
   // that signs its webhook with PAYMENT_WEBHOOK_SECRET).
-  // Inline form so staging/production bundles drop the sandbox module (see build-flags.ts).
+  // Inline form so staging/production bundles drop the sandbox module (see workers/kernel/build-flags.ts).
   if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
     if (ctx.config.sandboxPayments) {
       providers.push(createSandboxProvider(ctx));

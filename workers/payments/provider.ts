@@ -1,5 +1,5 @@
-import type { Config } from '../config';
-import type { PayBody } from '../schemas';
+import type { Config } from '../kernel/config';
+import type { PayBody } from '../kernel/contract';
 
 /** What the shop asks a provider to collect: one order's price. */
 export type PaymentIntent = {

@@ -1,8 +1,8 @@
 import { waitUntil } from 'cloudflare:workers';
 import type { Db } from '../../db/client';
 import { pendingRefunds, type RefundRow, settleRefund } from '../../db/payments';
-import type { Config } from '../config';
-import { log } from '../log';
+import type { Config } from '../kernel/config';
+import { log } from '../kernel/log';
 import { providerNamed } from './index';
 import type { PaymentProvider, RefundAnswer } from './provider';
 

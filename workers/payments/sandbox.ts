@@ -2,9 +2,9 @@
 // payment's result the way a real provider does, as a signed webhook to this Worker's
 // callback route. Staging and production bundles do not contain this module.
 import { exports as workerExports } from 'cloudflare:workers';
-import { hmacHex, randomId } from '../crypto';
-import { log } from '../log';
-import type { PaymentCallbackBody } from '../schemas';
+import type { PaymentCallbackBody } from '../kernel/contract';
+import { hmacHex, randomId } from '../kernel/crypto';
+import { log } from '../kernel/log';
 import type { PaymentIntent, PaymentProvider, ProviderContext } from './provider';
 
 export const SANDBOX = 'sandbox';

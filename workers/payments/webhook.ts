@@ -1,5 +1,5 @@
-import { hmacHex, safeEqual } from '../crypto';
-import { PaymentCallbackBody } from '../schemas';
+import { PaymentCallbackBody } from '../kernel/contract';
+import { hmacHex, safeEqual } from '../kernel/crypto';
 
 const HEX_SHA256 = /^[0-9a-f]{64}$/;
 

@@ -1,12 +1,16 @@
-import { and, count, desc, eq, isNotNull, isNull, sql } from 'drizzle-orm';
-import { type Db, withDb } from '../../db/client';
-import { deadLetter } from '../../db/schema';
-import { getConfig } from '../config';
-import { dbOptions } from '../goods';
-import { log } from '../log';
-import { OrderMessage, TimeoutMessage } from '../schemas';
+import { type Db, withDbFor } from '../../db/client';
+import {
+  claimDeadLetter,
+  type DeadLetterRow,
+  findDeadLetter,
+  type NewDeadLetter,
+  storeDeadLetters,
+  unclaimDeadLetter,
+} from '../../db/dead-letters';
+import { getConfig } from '../kernel/config';
+import { OrderMessage, TimeoutMessage } from '../kernel/contract';
+import { log } from '../kernel/log';
 
-export type DeadLetterRow = typeof deadLetter.$inferSelect;
 export type SourceQueue = 'orders' | 'timeouts' | 'unknown';
 
 function messageKey(message: Message<unknown>): string {
@@ -42,28 +46,14 @@ function goodsOf(body: unknown): number | null {
 export async function consumeDeadLetters(batch: MessageBatch<unknown>, env: Env): Promise<void> {
   const config = getConfig(env);
   // One row per key: a batch may carry the same message twice, and an upsert may touch a row once.
-  const rows = new Map<string, typeof deadLetter.$inferInsert>();
+  const rows = new Map<string, NewDeadLetter>();
   for (const m of batch.messages) {
     const queue = sourceQueue(m.body);
     const key = messageKey(m);
     rows.set(`${queue}|${key}`, { queue, messageKey: key, goodsId: goodsOf(m.body), body: m.body ?? {}, attempts: m.attempts });
   }
   try {
-    await withDb({ ...dbOptions(config), max: 1 }, (db) =>
-      db
-        .insert(deadLetter)
-        .values([...rows.values()])
-        .onConflictDoUpdate({
-          target: [deadLetter.queue, deadLetter.messageKey],
-          set: {
-            body: sql`excluded.body`,
-            goodsId: sql`excluded.goods_id`,
-            attempts: sql`${deadLetter.attempts} + excluded.attempts`,
-            createdAt: sql`now()`,
-            redrivenAt: null,
-          },
-        }),
-    );
+    await withDbFor(config, (db) => storeDeadLetters(db, [...rows.values()]), 1);
     for (const m of batch.messages) {
       log.error('dead_letter.stored', { key: messageKey(m), attempts: m.attempts });
     }
@@ -72,36 +62,6 @@ export async function consumeDeadLetters(batch: MessageBatch<unknown>, env: Env)
     log.error('dead_letter.store_failed', { messages: batch.messages.length, error });
     batch.retryAll({ delaySeconds: 30 });
   }
-}
-
-export type DeadLetterFilter = { goodsId?: number | undefined; state: 'open' | 'redriven' | 'all'; limit: number };
-
-/** Dead letters, newest first. */
-export function listDeadLetters(db: Db, filter: DeadLetterFilter): Promise<DeadLetterRow[]> {
-  const conditions = [];
-  if (filter.goodsId !== undefined) {
-    conditions.push(eq(deadLetter.goodsId, filter.goodsId));
-  }
-  if (filter.state === 'open') {
-    conditions.push(isNull(deadLetter.redrivenAt));
-  } else if (filter.state === 'redriven') {
-    conditions.push(isNotNull(deadLetter.redrivenAt));
-  }
-  return db
-    .select()
-    .from(deadLetter)
-    .where(and(...conditions))
-    .orderBy(desc(deadLetter.createdAt), desc(deadLetter.id))
-    .limit(filter.limit);
-}
-
-/** Dead letters of a goods not re-driven yet (the stats' `deadLetters`). */
-export async function countOpenDeadLetters(db: Db, goodsId: number): Promise<number> {
-  const [row] = await db
-    .select({ n: count() })
-    .from(deadLetter)
-    .where(and(eq(deadLetter.goodsId, goodsId), isNull(deadLetter.redrivenAt)));
-  return row?.n ?? 0;
 }
 
 export type RedriveResult =
@@ -126,7 +86,7 @@ function destination(env: Env, row: DeadLetterRow): { queue: Queue; name: 'order
  * took effect changes nothing.
  */
 export async function redriveDeadLetter(env: Env, db: Db, id: number, now = Date.now()): Promise<RedriveResult> {
-  const [row] = await db.select().from(deadLetter).where(eq(deadLetter.id, id)).limit(1);
+  const row = await findDeadLetter(db, id);
   if (!row) {
     return { ok: false, id, reason: 'NOT_FOUND' };
   }
@@ -137,19 +97,14 @@ export async function redriveDeadLetter(env: Env, db: Db, id: number, now = Date
   if (typeof to === 'string') {
     return { ok: false, id, reason: to };
   }
-  const claimed = await db
-    .update(deadLetter)
-    .set({ redrivenAt: new Date(now) })
-    .where(and(eq(deadLetter.id, id), isNull(deadLetter.redrivenAt)))
-    .returning({ id: deadLetter.id });
-  if (claimed.length === 0) {
+  if (!(await claimDeadLetter(db, id, now))) {
     return { ok: false, id, reason: 'ALREADY_REDRIVEN' };
   }
   try {
     await to.queue.send(row.body, { contentType: 'json' });
   } catch (error) {
     log.error('dead_letter.redrive_failed', { id, queue: to.name, error });
-    await db.update(deadLetter).set({ redrivenAt: null }).where(eq(deadLetter.id, id));
+    await unclaimDeadLetter(db, id);
     return { ok: false, id, reason: 'SEND_FAILED' };
   }
   log.info('dead_letter.redriven', { id, queue: to.name, key: row.messageKey });

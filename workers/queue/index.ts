@@ -1,5 +1,5 @@
-import { ConfigError, getConfig } from '../config';
-import { log } from '../log';
+import { ConfigError, getConfig } from '../kernel/config';
+import { log } from '../kernel/log';
 import { consumeDeadLetters } from './dead-letters';
 import { consumeOrders } from './orders';
 import { queueRole } from './roles';

@@ -1,17 +1,14 @@
-import { httpDb } from '../../db/client';
+import { dbOptions, httpDb } from '../../db/client';
 import { type WriteResult, writeOrders } from '../../db/orders';
-import { backoffSeconds } from '../../durable-objects/reservation';
-import { type Config, getConfig } from '../config';
-import { dbOptions } from '../goods';
-import { log } from '../log';
+import { goodsStock } from '../../durable-objects/routing';
+import { placementOf } from '../edge/placements';
+import { backoffSeconds, queueDelay } from '../kernel/backoff';
+import { type Config, getConfig } from '../kernel/config';
+import { type GoodsPlacement, OrderMessage, type Settlement, type TimeoutMessage } from '../kernel/contract';
+import { log } from '../kernel/log';
 import { flushMetrics } from '../metrics/flush';
 import { observeQueueLag } from '../metrics/queue';
 import { count } from '../metrics/registry';
-import { goodsStock } from '../routing';
-import { OrderMessage, type Settlement, type TimeoutMessage } from '../schemas';
-
-/** Queues cap a message's delay at 12 hours. */
-const MAX_DELAY_SECONDS = 43_200;
 
 export type Parsed<T> = { message: Message<unknown>; body: T };
 
@@ -81,17 +78,21 @@ async function consumeGroups(env: Env, config: Config, groups: Map<number, Parse
     [...groups].map(async ([goodsId, items]) => {
       try {
         const writeStarted = Date.now();
-        const results = await writeOrders(
-          db,
-          goodsId,
-          items.map((i) => i.body),
-        );
+        // The placement is a cached lookup after the first batch of each goods in an isolate.
+        const [results, goods] = await Promise.all([
+          writeOrders(
+            db,
+            goodsId,
+            items.map((i) => i.body),
+          ),
+          placementOf(db, goodsId),
+        ]);
         const notifyStarted = Date.now();
         timing.writeMs = Math.max(timing.writeMs, notifyStarted - writeStarted);
         // Independent and both idempotent: a retry repeats whichever of them failed. A timeout
         // that fires before the object heard of its order finds it QUEUED and releases it; the
         // late settle then changes nothing.
-        await Promise.all([settle(env, goodsId, results), scheduleTimeouts(env, items, results)]);
+        await Promise.all([settle(env, goods, results), scheduleTimeouts(env, items, results)]);
         timing.notifyMs = Math.max(timing.notifyMs, Date.now() - notifyStarted);
         for (const i of items) {
           i.message.ack();
@@ -108,12 +109,12 @@ async function consumeGroups(env: Env, config: Config, groups: Map<number, Parse
   );
 }
 
-async function settle(env: Env, goodsId: number, results: WriteResult[]): Promise<void> {
+async function settle(env: Env, goods: GoodsPlacement, results: WriteResult[]): Promise<void> {
   const settlements = results.map(
     (r): Settlement =>
       r.ok ? { requestId: r.requestId, ok: true, orderId: r.orderId } : { requestId: r.requestId, ok: false, reason: r.reason },
   );
-  await goodsStock(env, goodsId).settle(settlements);
+  await goodsStock(env, goods).settle(settlements);
 }
 
 async function scheduleTimeouts(env: Env, items: Parsed<OrderMessage>[], results: WriteResult[]): Promise<void> {
@@ -124,7 +125,7 @@ async function scheduleTimeouts(env: Env, items: Parsed<OrderMessage>[], results
       return [];
     }
     const timeout: TimeoutMessage = { v: 1, kind: 'pay-timeout', orderId: r.orderId, goodsId: body.goodsId };
-    return [{ body: timeout, contentType: 'json' as const, delaySeconds: Math.min(MAX_DELAY_SECONDS, body.payTimeoutSeconds) }];
+    return [{ body: timeout, contentType: 'json' as const, delaySeconds: queueDelay(body.payTimeoutSeconds) }];
   });
   const sends: Promise<unknown>[] = [];
   for (let i = 0; i < messages.length; i += 100) {

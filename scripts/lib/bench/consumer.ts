@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import diagnostics from 'node:diagnostics_channel';
 import type { Miniflare } from 'miniflare';
 import pg from 'pg';
-import type { OrderMessage } from '../../../workers/schemas.ts';
+import type { OrderMessage } from '../../../workers/kernel/contract.ts';
 import type { Goods } from '../load/contract.ts';
 import { type Percentiles, percentiles, round } from '../load/metrics.ts';
 import type { SqlHttpTiming } from '../sql-http.ts';

@@ -1,11 +1,11 @@
 // Shoppers for the bench, made in this process with the project's own code. Purchase tokens
 // live 60 s, so tens of thousands of them cannot come through the HTTP flow in time; the bench
 // runs the Worker with secrets it chose, and signs JWTs (hono/jwt, as POST /api/dev/token does)
-// and purchase tokens and hidden paths (workers/signed.ts, as POST .../token does) itself.
+// and purchase tokens and hidden paths (workers/edge/signed.ts, as POST .../token does) itself.
 import { randomBytes } from 'node:crypto';
 import { sign } from 'hono/jwt';
 
-/** The Worker's issuePurchaseToken (workers/signed.ts), as far as the bench calls it. */
+/** The Worker's issuePurchaseToken (workers/edge/signed.ts), as far as the bench calls it. */
 type IssuePurchaseToken = (secret: string, userId: string, goodsId: number, ttlMs: number) => Promise<{ token: string; path: string }>;
 
 export type BenchSecrets = { AUTH_JWT_SECRET: string; TOKEN_SECRET: string };
@@ -19,10 +19,10 @@ export type Minter = Awaited<ReturnType<typeof shopperMinter>>;
  * workerd's globals, which the Node side's type check does not include.
  */
 async function loadIssuePurchaseToken(): Promise<IssuePurchaseToken> {
-  const signed: { issuePurchaseToken?: unknown } = await import(new URL('../../../workers/signed.ts', import.meta.url).href);
+  const signed: { issuePurchaseToken?: unknown } = await import(new URL('../../../workers/edge/signed.ts', import.meta.url).href);
   const issue = signed.issuePurchaseToken;
   if (typeof issue !== 'function') {
-    throw new Error('workers/signed.ts no longer exports issuePurchaseToken');
+    throw new Error('workers/edge/signed.ts no longer exports issuePurchaseToken');
   }
   return (secret, userId, goodsId, ttlMs) => issue(secret, userId, goodsId, ttlMs);
 }

@@ -1,13 +1,13 @@
 // The HTTP contract's answers as the load test and the bench read them, parsed rather than
 // trusted: a deployment under load may answer anything, and an answer of the wrong shape is
 // counted, not followed. Where the Worker declares a shape in a module the Node side can load
-// (workers/schemas.ts, workers/errors.ts), the type is imported from there and each reader
+// (workers/kernel/contract.ts, workers/kernel/errors.ts), the type is imported from there and each reader
 // below is checked to accept it, so a change on the Worker's side fails this type check.
 // The stats, goods and challenge answers are typed beside their routes in the Worker, in
 // modules bound to workerd's globals, so they are described here by the fields the tools use.
 import { z } from 'zod';
-import type { errorBody } from '../../../workers/errors.ts';
-import type { CreateGoodsBody, ResultView, TokenBody } from '../../../workers/schemas.ts';
+import type { CreateGoodsBody, ResultView, TokenBody } from '../../../workers/kernel/contract.ts';
+import type { errorBody } from '../../../workers/kernel/errors.ts';
 
 /** `T`, checked to be assignable to `U` (a Worker type a reader here must accept). */
 type Accepted<T extends U, U> = T;

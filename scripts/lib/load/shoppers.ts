@@ -1,7 +1,7 @@
 // Shoppers for a load test: who they are (a JWT each) and how they answer a challenge, as a
 // browser running the shopper page would.
 import { readFile } from 'node:fs/promises';
-import { POW_ALGORITHM, solvePow } from '../../../workers/defences/pow.ts';
+import { POW_ALGORITHM, solvePow } from '../../../workers/kernel/pow.ts';
 import { type Challenge, read, type TokenBody } from './contract.ts';
 import type { Answer, HttpClient } from './http-client.ts';
 

@@ -1,4 +1,5 @@
 import * as z from 'zod/mini';
+import type { GoodsView } from '../../../workers/kernel/views';
 
 // The answers of the HTTP contract (DESIGN.md) as the pages read them. Optional fields are
 // optional here too, so a deployment without a newer field still renders.
@@ -34,6 +35,13 @@ export const Goods = z.object({
 });
 export type Goods = z.infer<typeof Goods>;
 export const GoodsList = z.array(Goods);
+
+type ReadableBy<T extends z.input<typeof Goods>> = T;
+/**
+ * The Worker's goods answer is the kernel's GoodsView; this schema is the page's reading of it
+ * (times as epoch ms, newer fields optional). The compiler refuses a GoodsView it cannot read.
+ */
+export type GoodsAnswer = ReadableBy<GoodsView>;
 
 export const DevToken = z.object({ token: z.string(), userId: z.optional(z.string()) });
 

@@ -16,7 +16,7 @@ export type ShopperContext = {
   focusSignIn(): void;
 };
 
-export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+export { sleep } from '../../../workers/kernel/sleep';
 
 /** A random Idempotency-Key; randomUUID needs a secure context, so fall back to raw bytes. */
 export function newKey(): string {

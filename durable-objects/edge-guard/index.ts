@@ -1,0 +1,106 @@
+import { DurableObject } from 'cloudflare:workers';
+import type { AdmitKey, AdmitVerdict, BanPolicy, BanView, LegacyLimits } from '../../workers/kernel/contract';
+import { GuardBook } from './rules';
+import { GuardStorage } from './storage';
+
+const PRUNE_INTERVAL_MS = 60_000;
+
+/**
+ * A key shard of the edge's exact per-client state (see guardShard in ../routing): single-use
+ * markers (captcha challenges), per-client rate windows and bans. Rate windows live in memory:
+ * they span a second or a few, and an evicted shard starting them afresh is harmless. Markers
+ * and bans are in storage.
+ */
+export class EdgeGuard extends DurableObject<Env> {
+  private readonly store: GuardStorage;
+  private readonly book = new GuardBook();
+  private readonly bans = new Map<string, number>();
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.store = new GuardStorage(ctx.storage.sql);
+    this.store.migrate();
+    for (const row of this.store.bansInForce(Date.now())) {
+      this.bans.set(row.id, row.until);
+    }
+  }
+
+  /** Marks `key` used until `expiresAt`; true the first time, false for every replay. */
+  async useOnce(key: string, expiresAt: number): Promise<boolean> {
+    const now = Date.now();
+    if (expiresAt <= now) {
+      return false;
+    }
+    const inserted = this.store.markUsed(key, expiresAt);
+    if (inserted) {
+      await this.schedulePrune(now);
+    }
+    return inserted;
+  }
+
+  /**
+   * Admits a batch of requests (an isolate's group commit, see workers/edge/group-commit.ts), in
+   * order, as if each had come alone. Checks, counting and any new ban happen without an await
+   * in between, so concurrent requests of one client can never both slip under a limit.
+   */
+  async admitMany(requests: { keys: AdmitKey[]; policy: BanPolicy }[]): Promise<AdmitVerdict[]> {
+    const now = Date.now();
+    let banned = false;
+    const verdicts = requests.map(({ keys, policy }) => {
+      const { verdict, newBans } = this.book.admit(keys, policy, this.bans, now);
+      for (const ban of newBans) {
+        this.bans.set(ban.id, ban.until);
+        this.store.saveBan(ban.id, ban.until, now);
+        banned = true;
+      }
+      return verdict;
+    });
+    if (banned) {
+      await this.schedulePrune(now);
+    }
+    return verdicts;
+  }
+
+  /** Bans still in force in this shard. */
+  async listBans(): Promise<BanView[]> {
+    return this.store
+      .bansInForce(Date.now())
+      .map((r) => ({ id: r.id, until: new Date(r.until).toISOString(), createdAt: new Date(r.created_at).toISOString() }));
+  }
+
+  /** Lifts a ban and forgets the client's recent count; true when there was one. */
+  async unban(id: string): Promise<boolean> {
+    const had = (this.bans.get(id) ?? 0) > Date.now();
+    this.bans.delete(id);
+    this.book.forget(id);
+    this.store.deleteBan(id);
+    return had;
+  }
+
+  /**
+   * The runtime limits record an older build kept in this class (its `config:limits` instance),
+   * read once by the limits store when it has none of its own.
+   */
+  async legacyLimits(): Promise<LegacyLimits | undefined> {
+    return this.store.legacyLimits();
+  }
+
+  private async schedulePrune(now: number): Promise<void> {
+    if ((await this.ctx.storage.getAlarm()) === null) {
+      await this.ctx.storage.setAlarm(now + PRUNE_INTERVAL_MS);
+    }
+  }
+
+  async alarm(): Promise<void> {
+    const now = Date.now();
+    const left = this.store.prune(now);
+    for (const [id, until] of this.bans) {
+      if (until <= now) {
+        this.bans.delete(id);
+      }
+    }
+    if (left) {
+      await this.ctx.storage.setAlarm(now + PRUNE_INTERVAL_MS);
+    }
+  }
+}

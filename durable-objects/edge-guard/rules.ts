@@ -1,0 +1,109 @@
+import type { AdmitKey, AdmitVerdict, BanPolicy } from '../../workers/kernel/contract';
+import { SlidingLog, WindowCounter } from './windows';
+
+// The per-client rules an EdgeGuard shard applies: bans first, then the ban counter, then the
+// exact per-second limits. Plain state and plain functions; the object only persists bans.
+
+export type NewBan = { id: string; until: number };
+
+type Entry = { hits: WindowCounter; logs: Map<string, SlidingLog>; seen: number };
+
+const RATE_WINDOW_MS = 1_000;
+/** Forget idle clients every so often; with many clients, sooner. */
+const SWEEP_EVERY_MS = 10_000;
+const SWEEP_ABOVE_ENTRIES = 50_000;
+
+/** The in-memory book of one shard: what each client did recently. */
+export class GuardBook {
+  private readonly entries = new Map<string, Entry>();
+  private sweptAt = 0;
+  private policyWindowMs = 10_000;
+
+  /**
+   * Decides one request for all of its keys at once: a banned key refuses it; a key crossing the
+   * ban threshold is banned (returned in `newBans` for the caller to persist); a key at its
+   * per-second limit refuses it; otherwise every key records it.
+   */
+  admit(keys: AdmitKey[], policy: BanPolicy, bans: ReadonlyMap<string, number>, now: number): { verdict: AdmitVerdict; newBans: NewBan[] } {
+    this.policyWindowMs = policy.windowMs;
+    this.sweep(now);
+    const ids = [...new Set(keys.map((k) => k.id))];
+    for (const id of ids) {
+      const until = bans.get(id);
+      if (until !== undefined && until > now) {
+        return { verdict: { ok: false, reason: 'BANNED', id, retryAfterMs: until - now }, newBans: [] };
+      }
+    }
+    const newBans: NewBan[] = [];
+    for (const id of ids) {
+      const entry = this.entry(id, now);
+      if (entry.hits.hit(now, policy.windowMs) > policy.threshold) {
+        newBans.push({ id, until: now + policy.durationMs });
+      }
+    }
+    const firstBan = newBans[0];
+    if (firstBan) {
+      for (const ban of newBans) {
+        this.entries.delete(ban.id);
+      }
+      return { verdict: { ok: false, reason: 'BANNED', id: firstBan.id, retryAfterMs: policy.durationMs }, newBans };
+    }
+    let worst: { id: string; wait: number } | undefined;
+    for (const key of keys) {
+      const wait = this.log(key, now).waitMs(now, RATE_WINDOW_MS, key.perSecond);
+      if (wait > 0 && (!worst || wait > worst.wait)) {
+        worst = { id: key.id, wait };
+      }
+    }
+    if (worst) {
+      return { verdict: { ok: false, reason: 'RATE_LIMITED', id: worst.id, retryAfterMs: worst.wait }, newBans };
+    }
+    for (const key of keys) {
+      this.log(key, now).add(now);
+    }
+    return { verdict: { ok: true }, newBans };
+  }
+
+  /** Forgets what a client did (after an operator lifts its ban). */
+  forget(id: string): void {
+    this.entries.delete(id);
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  private entry(id: string, now: number): Entry {
+    let entry = this.entries.get(id);
+    if (!entry) {
+      entry = { hits: new WindowCounter(this.policyWindowMs), logs: new Map(), seen: now };
+      this.entries.set(id, entry);
+    }
+    entry.seen = now;
+    return entry;
+  }
+
+  private log(key: AdmitKey, now: number): SlidingLog {
+    const entry = this.entry(key.id, now);
+    let log = entry.logs.get(key.scope);
+    if (!log) {
+      log = new SlidingLog();
+      entry.logs.set(key.scope, log);
+    }
+    return log;
+  }
+
+  private sweep(now: number): void {
+    const every = this.entries.size >= SWEEP_ABOVE_ENTRIES ? RATE_WINDOW_MS : SWEEP_EVERY_MS;
+    if (now - this.sweptAt < every) {
+      return;
+    }
+    this.sweptAt = now;
+    const horizon = Math.max(this.policyWindowMs, RATE_WINDOW_MS);
+    for (const [id, entry] of this.entries) {
+      if (now - entry.seen > horizon) {
+        this.entries.delete(id);
+      }
+    }
+  }
+}

@@ -1,0 +1,319 @@
+import { DurableObject } from 'cloudflare:workers';
+import { getConfig } from '../../workers/kernel/config';
+import type {
+  FailReason,
+  GoodsInit,
+  ReserveItem,
+  ReserveOutcome,
+  ResultView,
+  Settlement,
+  StockSnapshot,
+} from '../../workers/kernel/contract';
+import { log } from '../../workers/kernel/log';
+import { scheduleMetricsFlush } from '../../workers/metrics/flush';
+import { count } from '../../workers/metrics/registry';
+import { type MirrorCheck, MirrorSync } from '../../workers/mirror/sync';
+import { releaseOne, reserveOne } from './ledger';
+import { mirrorExpectation, mirrorFullState, mirrorGoods, noteAccepted } from './mirror-view';
+import { Outbox } from './outbox';
+import { goodsFromPostgres, stockSnapshot } from './sale';
+import { type Sale, StockStorage } from './storage';
+
+/** The outbox's safety net: if the immediate flush did not empty it, the alarm retries. */
+const OUTBOX_ALARM_DELAY_MS = 2_000;
+const PRUNE_INTERVAL_MS = 5 * 60_000;
+/** Remembered rejections (Idempotency-Key retries) are kept this long. */
+const REJECTION_TTL_MS = 24 * 3600_000;
+
+/**
+ * One per seckill goods: the seed's Redis Lua script as a single-threaded object with
+ * transactional SQLite storage. Every reservation's checks, decrement and outbox row commit
+ * together, so "stock taken but message lost" cannot happen.
+ *
+ * This class is the RPC surface; the tables are storage.ts, the decisions rules.ts (applied by
+ * ledger.ts), the queue sends outbox.ts, and the Redis mirror the mirror library, fed plain data.
+ */
+export class GoodsStock extends DurableObject<Env> {
+  private readonly store: StockStorage;
+  /** The sale row's in-memory copy (undefined until the goods is initialised). */
+  private sale: Sale | undefined;
+  private readonly outbox: Outbox;
+  /** The Redis mirror of this object (seckill:stock:{id}, ...), written after commits. */
+  private readonly mirror: MirrorSync;
+  private alarmAt: number | null = null;
+  /** Reservation items received since this instance started; in memory, for load and admission checks. */
+  private reserveRequests = 0;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.store = new StockStorage(ctx.storage.sql);
+    const goodsId = () => this.sale?.goodsId;
+    const retryAt = (at: number) => this.ensureAlarm(at);
+    // The queue binding is read at send time from this.env.
+    this.outbox = new Outbox(this.store, { queue: () => this.env.ORDER_QUEUE, goodsId, retryAt });
+    this.mirror = new MirrorSync(() => getConfig(env).redis, {
+      goodsId,
+      fullState: () => this.sale && mirrorFullState(this.store, this.sale, this.mirror.title, Date.now()),
+      expectation: () => this.sale && mirrorExpectation(this.store, this.sale, this.mirror.title),
+      retryAt,
+      persist: (state) => this.store.saveMirrorState(state),
+    });
+    void ctx.blockConcurrencyWhile(async () => {
+      this.store.migrate();
+      this.mirror.load(this.store.mirrorState());
+      this.sale = this.store.readSale();
+      this.alarmAt = await ctx.storage.getAlarm();
+      if (this.mirror.staleSinceMs !== null) {
+        // The previous instance left the mirror behind: the alarm rewrites it.
+        this.ensureAlarm(Date.now() + 1_000);
+      }
+    });
+  }
+
+  /**
+   * Creates the sale from Postgres' settings, or refreshes its settings. The stock count is
+   * taken only the first time: afterwards this object is the authority on it.
+   */
+  async init(goods: GoodsInit): Promise<StockSnapshot> {
+    const before = this.sale && mirrorGoods(this.sale, this.mirror.title);
+    if (this.sale) {
+      this.store.updateSettings(goods);
+    } else {
+      this.store.insertSale(goods);
+    }
+    this.sale = this.store.readSale();
+    this.mirror.setTitle(goods.title);
+    const after = this.sale && mirrorGoods(this.sale, this.mirror.title);
+    if (!before) {
+      // A new sale replaces whatever an older deployment may have left under its keys.
+      this.mirror.noteFull();
+    } else if (after && JSON.stringify(after) !== JSON.stringify(before)) {
+      // Only a real change: a mirror that drifted on its own is for reconciliation to find and count.
+      this.mirror.noteGoods(after);
+    }
+    this.syncMirror();
+    return this.snapshotNow();
+  }
+
+  /** Loads the sale from Postgres the first time a goods is used without pre-warm. */
+  private async ensureSale(goodsId: number): Promise<Sale | 'NOT_FOUND' | 'BUSY'> {
+    if (this.sale) {
+      return this.sale;
+    }
+    let outcome: Sale | 'NOT_FOUND' | 'BUSY' = 'BUSY';
+    // Block other calls while loading so exactly one initialisation happens.
+    await this.ctx.blockConcurrencyWhile(async () => {
+      if (this.sale) {
+        outcome = this.sale;
+        return;
+      }
+      try {
+        const goods = await goodsFromPostgres(this.env, goodsId);
+        if (!goods) {
+          outcome = 'NOT_FOUND';
+          return;
+        }
+        await this.init(goods);
+        outcome = this.sale ?? 'BUSY';
+      } catch (error) {
+        log.error('goods_stock.lazy_init_failed', { goodsId, error });
+        outcome = 'BUSY';
+      }
+    });
+    return outcome;
+  }
+
+  /**
+   * Reserves for a batch of shoppers (one isolate's group commit, or a single request).
+   * All checks and writes happen in one synchronous transaction, in arrival order.
+   */
+  async reserveMany(goodsId: number, items: ReserveItem[]): Promise<ReserveOutcome[]> {
+    this.reserveRequests += items.length;
+    const sale = await this.ensureSale(goodsId);
+    if (typeof sale === 'string') {
+      return items.map((i) => ({ ok: false, requestId: i.requestId, reason: sale, replay: false }));
+    }
+    const now = Date.now();
+    let accepted = 0;
+    let outcomes: ReserveOutcome[];
+    try {
+      outcomes = this.ctx.storage.transactionSync(() => {
+        const answers = items.map((item) => {
+          const outcome = reserveOne(this.store, sale, item, now);
+          if (outcome.ok && !outcome.replay) {
+            accepted++;
+          }
+          return outcome;
+        });
+        if (accepted > 0) {
+          this.store.saveStock(sale);
+        }
+        return answers;
+      });
+    } catch (error) {
+      // The transaction rolled back; the in-memory copy may have moved ahead of it.
+      this.sale = this.store.readSale();
+      throw error;
+    }
+    if (accepted > 0) {
+      this.ensureAlarm(now + OUTBOX_ALARM_DELAY_MS);
+      // The rows are committed; sending them now only shortens the wait. The alarm retries.
+      this.ctx.waitUntil(this.outbox.flush());
+      noteAccepted(this.mirror, sale, items, outcomes);
+      this.syncMirror();
+    }
+    this.countDecisions(sale.goodsId, outcomes);
+    return outcomes;
+  }
+
+  /** Records what Postgres made of reservations: confirmed orders, or failures that give the unit back. */
+  async settle(settlements: Settlement[]): Promise<{ confirmed: number; released: number }> {
+    const now = Date.now();
+    let confirmed = 0;
+    let released = 0;
+    this.ctx.storage.transactionSync(() => {
+      for (const s of settlements) {
+        if (s.ok) {
+          for (const userId of this.store.confirm(s.requestId, now)) {
+            confirmed++;
+            this.mirror.noteResult({ requestId: s.requestId, userId, value: `SUCCESS:${s.orderId}` });
+          }
+        } else if (this.releaseUnit(s.requestId, s.reason, now)) {
+          released++;
+        }
+      }
+    });
+    if (confirmed > 0 || released > 0) {
+      this.syncMirror();
+    }
+    return { confirmed, released };
+  }
+
+  /**
+   * Gives a reservation's unit back (cancelled, timed out, or refused by Postgres) and lets the
+   * user try again. Idempotent: a second release of the same request changes nothing.
+   */
+  async release(requestId: string, reason: FailReason): Promise<{ released: boolean; remaining: number }> {
+    const released = this.ctx.storage.transactionSync(() => this.releaseUnit(requestId, reason, Date.now()));
+    if (released) {
+      this.syncMirror();
+    }
+    return { released, remaining: this.sale?.remaining ?? 0 };
+  }
+
+  private releaseUnit(requestId: string, reason: FailReason, now: number): boolean {
+    const released = this.sale && releaseOne(this.store, this.sale, requestId, reason, now);
+    if (!this.sale || !released) {
+      return false;
+    }
+    this.mirror.noteUser(released.userId, false);
+    this.mirror.noteStock(this.sale.remaining);
+    if (released.wasQueued) {
+      this.mirror.noteResult({ requestId, userId: released.userId, value: `FAIL:${reason}` });
+    }
+    return true;
+  }
+
+  /** The answer for one request, for the result route (which checks the owner). */
+  async result(requestId: string): Promise<ResultView | undefined> {
+    const r = this.store.reservation(requestId);
+    if (!r) {
+      return undefined;
+    }
+    return {
+      requestId: r.request_id,
+      userId: r.user_id,
+      status: r.status,
+      ...(r.order_id && r.status !== 'FAIL' ? { orderId: r.order_id } : {}),
+      ...(r.reason ? { reason: r.reason as FailReason } : {}),
+    };
+  }
+
+  async setPaused(paused: boolean): Promise<StockSnapshot | undefined> {
+    if (!this.sale) {
+      return undefined;
+    }
+    this.store.savePaused(paused);
+    this.sale.paused = paused;
+    this.mirror.noteGoods(mirrorGoods(this.sale, this.mirror.title));
+    this.syncMirror();
+    return this.snapshotNow();
+  }
+
+  async snapshot(): Promise<StockSnapshot | undefined> {
+    return this.sale ? this.snapshotNow() : undefined;
+  }
+
+  private snapshotNow(): StockSnapshot {
+    if (!this.sale) {
+      throw new Error('snapshot of an uninitialised sale');
+    }
+    return stockSnapshot(this.store, this.sale, { mirrorStaleSince: this.mirror.staleSinceMs, reserveRequests: this.reserveRequests });
+  }
+
+  /** Sends due outbox rows to the order queue. Single-flight: concurrent callers share a run. */
+  flushOutbox(): Promise<void> {
+    return this.outbox.flush();
+  }
+
+  /**
+   * Sends the whole outbox now, ignoring the retry backoff (the reconciler's re-drive of a
+   * stuck outbox). Returns how many rows are still waiting afterwards.
+   */
+  async redriveOutbox(): Promise<{ before: number; pending: number }> {
+    return this.outbox.redrive();
+  }
+
+  /** Keeps one alarm set at the earliest due work (outbox retry, mirror retry or pruning). */
+  private ensureAlarm(at: number): void {
+    if (this.alarmAt !== null && this.alarmAt <= at) {
+      return;
+    }
+    this.alarmAt = at;
+    // Storage writes are covered by the output gate: the caller's answer waits for it.
+    void this.ctx.storage.setAlarm(at);
+  }
+
+  async alarm(): Promise<void> {
+    this.alarmAt = null;
+    await this.outbox.flush();
+    if (this.mirror.staleSinceMs !== null) {
+      await this.mirror.flush(true);
+    }
+    const now = Date.now();
+    const tokensLeft = this.store.prune(now, now - REJECTION_TTL_MS);
+    const next = this.store.nextOutboxAt();
+    if (next !== null) {
+      this.ensureAlarm(Math.max(next, now + 100));
+    } else if (tokensLeft) {
+      this.ensureAlarm(now + PRUNE_INTERVAL_MS);
+    }
+    const mirrorRetry = this.mirror.retryAtMs;
+    if (mirrorRetry !== null) {
+      this.ensureAlarm(Math.max(mirrorRetry, now + 100));
+    }
+  }
+
+  /** Compares the Redis mirror with this object; with `repair`, rewrites it when they differ. */
+  async mirrorCheck(repair: boolean): Promise<MirrorCheck> {
+    return this.mirror.check(repair);
+  }
+
+  // Mirror and metrics bookkeeping: after a commit, never on the way to the shopper's answer.
+
+  private syncMirror(): void {
+    if (this.mirror.enabled) {
+      this.ctx.waitUntil(this.mirror.flush());
+    }
+  }
+
+  private countDecisions(goodsId: number, outcomes: ReserveOutcome[]): void {
+    for (const o of outcomes) {
+      count('seckill_reservations_total', {
+        goods_id: String(goodsId),
+        outcome: o.replay ? 'replay' : o.ok ? 'accepted' : o.reason.toLowerCase(),
+      });
+    }
+    scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));
+  }
+}

@@ -1,0 +1,45 @@
+import { DurableObject } from 'cloudflare:workers';
+import type { MetricsDelta } from '../../workers/metrics/registry';
+import { MetricsStorage } from './storage';
+
+/** Series not updated for this long are dropped (an old sale's goods id), so the scrape stays small. */
+const SERIES_RETENTION_MS = 7 * 24 * 3600_000;
+const PRUNE_INTERVAL_MS = 3600_000;
+
+/**
+ * The totals of every counter and histogram across all isolates. Each isolate ships its
+ * deltas here at most about once a second; the metrics route reads the sums. One object is
+ * plenty: it takes one small write per isolate per second, not one per request.
+ */
+export class Metrics extends DurableObject<Env> {
+  private readonly store: MetricsStorage;
+  private prunedAt = 0;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.store = new MetricsStorage(ctx.storage.sql);
+    this.store.migrate();
+  }
+
+  /** Adds one isolate's delta to the totals, atomically. */
+  async add(delta: MetricsDelta): Promise<void> {
+    const now = Date.now();
+    this.ctx.storage.transactionSync(() => {
+      for (const c of delta.counters) {
+        this.store.addCounter(c, now);
+      }
+      for (const h of delta.histograms) {
+        this.store.addHistogram(h, now);
+      }
+      if (now - this.prunedAt > PRUNE_INTERVAL_MS) {
+        this.prunedAt = now;
+        this.store.prune(now - SERIES_RETENTION_MS);
+      }
+    });
+  }
+
+  /** Every series' total. */
+  async totals(): Promise<MetricsDelta> {
+    return this.store.totals();
+  }
+}

@@ -1,0 +1,80 @@
+import { type GoodsPlacement, LocationHint } from '../workers/kernel/contract';
+
+// The one place that maps a goods, a client key or a role to its Durable Object. Callers never
+// build ids themselves, so hot goods can later be sharded across several objects here alone.
+// A goods' objects are addressed with its placement (the goods row fits), so the location hint
+// applies whichever call happens to create the object first.
+
+/** The goods' location hint, when it holds a valid one. */
+function hintOf(goods: GoodsPlacement): DurableObjectLocationHint | undefined {
+  const parsed = LocationHint.safeParse(goods.locationHint);
+  return parsed.success ? parsed.data : undefined;
+}
+
+function placed<T extends Rpc.DurableObjectBranded | undefined>(ns: DurableObjectNamespace<T>, name: string, goods: GoodsPlacement) {
+  const id = ns.idFromName(name);
+  const locationHint = hintOf(goods);
+  return locationHint ? ns.get(id, { locationHint }) : ns.get(id);
+}
+
+/**
+ * The stock object of a goods: the one seam where a goods maps to its object (a later change
+ * that shards hot goods picks the shard here).
+ */
+export function goodsStock(env: Env, goods: GoodsPlacement) {
+  return placed(env.GOODS_STOCK, `goods:${goods.id}`, goods);
+}
+
+/** Guard objects hold single-use markers and exact limits, sharded by key. */
+export const GUARD_SHARDS = 16;
+
+const shardName = (i: number) => `guard:${i}`;
+
+/** The name of the guard shard that owns `key`. */
+export function guardShardName(key: string): string {
+  let h = 0;
+  for (let i = 0; i < key.length; i++) {
+    h = (h * 31 + key.charCodeAt(i)) | 0;
+  }
+  return shardName(Math.abs(h) % GUARD_SHARDS);
+}
+
+/** Every guard shard's name. */
+export function guardShardNames(): string[] {
+  return Array.from({ length: GUARD_SHARDS }, (_, i) => shardName(i));
+}
+
+/** The guard shard called `name` (see guardShardName). */
+export function guardShardByName(env: Env, name: string) {
+  return env.EDGE_GUARD.get(env.EDGE_GUARD.idFromName(name));
+}
+
+/** The guard shard that owns a client key (`ip:…`, `user:…`, `challenge:…`). */
+export function guardShard(env: Env, key: string) {
+  return guardShardByName(env, guardShardName(key));
+}
+
+/** Every guard shard, for operator views that span them (listing bans). */
+export function allGuardShards(env: Env) {
+  return guardShardNames().map((name) => guardShardByName(env, name));
+}
+
+/** The one object holding the runtime limits. */
+export function limitsStore(env: Env) {
+  return env.LIMITS_STORE.get(env.LIMITS_STORE.idFromName('limits'));
+}
+
+/** The EdgeGuard instance that held the runtime limits before the limits store (read once by the store). */
+export function legacyLimitsHolder(env: Env) {
+  return env.EDGE_GUARD.get(env.EDGE_GUARD.idFromName('config:limits'));
+}
+
+/** The admission gate of a goods, placed near the goods' stock object. */
+export function admissionGate(env: Env, goods: GoodsPlacement) {
+  return placed(env.ADMISSION_GATE, `gate:${goods.id}`, goods);
+}
+
+/** The one object that holds the metrics totals of every isolate. */
+export function metricsHub(env: Env) {
+  return env.METRICS.get(env.METRICS.idFromName('metrics'));
+}

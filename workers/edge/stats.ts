@@ -1,0 +1,77 @@
+import { withDbFor } from '../../db/client';
+import { countOpenDeadLetters } from '../../db/dead-letters';
+import { countOrdersByStatus, findGoods } from '../../db/goods';
+import { ORDER_STATUS, type OrderStatusName } from '../../db/schema';
+import { goodsStock } from '../../durable-objects/routing';
+import type { Config } from '../kernel/config';
+import { readStocks } from '../mirror/client';
+
+export type GoodsStats = {
+  goodsId: number;
+  totalStock: number;
+  doRemaining: number | null;
+  dbStock: number;
+  mirrorStock: number | null;
+  /** off: no Redis configured; ok: read; missing: Redis has no stock key; unreachable: Redis did not answer. */
+  mirror: 'off' | 'ok' | 'missing' | 'unreachable';
+  orders: Record<OrderStatusName, number>;
+  queued: number;
+  outboxPending: number;
+  /** Messages of this goods that exhausted their retries and were not re-driven yet. */
+  deadLetters: number;
+  consistent: boolean;
+};
+
+/**
+ * The contract's stats: the stock as the object, Postgres and the mirror see it, orders by
+ * status, and whether the invariants hold right now. A mirror that does not answer does not
+ * make the goods inconsistent (it is a cache), but one that answers wrongly does.
+ */
+export async function goodsStats(env: Env, config: Config, goodsId: number): Promise<GoodsStats | undefined> {
+  const found = await withDbFor(config, async (d) => {
+    const row = await findGoods(d, goodsId);
+    if (!row) {
+      return undefined;
+    }
+    // The row first: it says where the goods' object lives; the rest is read side by side.
+    const [counts, deadLetters, snapshot, mirrored] = await Promise.all([
+      countOrdersByStatus(d, goodsId),
+      countOpenDeadLetters(d, goodsId),
+      goodsStock(env, row).snapshot(),
+      config.redis ? readStocks(config.redis, [goodsId]) : Promise.resolve(undefined),
+    ]);
+    return { fromDb: { row, counts, deadLetters }, snapshot, mirrored };
+  });
+  if (!found) {
+    return undefined;
+  }
+  const { fromDb, snapshot, mirrored } = found;
+  const mirrorStock = mirrored?.[0] ?? null;
+  const mirror = !config.redis ? 'off' : !mirrored ? 'unreachable' : mirrorStock === null ? 'missing' : 'ok';
+  const orders = Object.fromEntries(Object.entries(ORDER_STATUS).map(([name, code]) => [name, fromDb.counts[code] ?? 0])) as Record<
+    OrderStatusName,
+    number
+  >;
+  const doRemaining = snapshot?.remaining ?? null;
+  const live = orders.PENDING_PAYMENT + orders.PAID;
+  const queued = snapshot?.queued ?? 0;
+  const consistent =
+    doRemaining !== null &&
+    queued === 0 &&
+    doRemaining + live === fromDb.row.totalStock &&
+    fromDb.row.stock === doRemaining &&
+    (mirror === 'off' || mirror === 'unreachable' || mirrorStock === doRemaining);
+  return {
+    goodsId,
+    totalStock: fromDb.row.totalStock,
+    doRemaining,
+    dbStock: fromDb.row.stock,
+    mirrorStock,
+    mirror,
+    orders,
+    queued,
+    outboxPending: snapshot?.outboxPending ?? 0,
+    deadLetters: fromDb.deadLetters,
+    consistent,
+  };
+}

@@ -1,0 +1,29 @@
+import { createMiddleware } from 'hono/factory';
+import { verifyShopperToken } from '../../edge/shopper-jwt';
+import { UserId } from '../../kernel/contract';
+import { AppError } from '../../kernel/errors';
+import type { AppEnv } from '../context';
+import { bearer } from './bearer';
+
+/** Shopper routes: `Authorization: Bearer <JWT>` (HS256, or RS256/ES256 via AUTH_JWKS_URL), `sub` is the user id. */
+export const shopperAuth = createMiddleware<AppEnv>(async function shopperAuth(c, next) {
+  const token = bearer(c.req.header('authorization'));
+  if (!token) {
+    throw new AppError('UNAUTHENTICATED', 'a Bearer token is required');
+  }
+  let sub: unknown;
+  try {
+    sub = (await verifyShopperToken(token, c.var.config.shopperAuth)).sub;
+  } catch (error) {
+    if (error instanceof AppError) {
+      throw error;
+    }
+    throw new AppError('UNAUTHENTICATED', 'the token is invalid or expired');
+  }
+  const userId = UserId.safeParse(sub);
+  if (!userId.success) {
+    throw new AppError('UNAUTHENTICATED', 'the token has no usable subject');
+  }
+  c.set('userId', userId.data);
+  await next();
+});

@@ -1,0 +1,43 @@
+import type { Context } from 'hono';
+import { HTTPException } from 'hono/http-exception';
+import { ConfigError } from '../kernel/config';
+import { AppError, type ErrorCode, errorBody } from '../kernel/errors';
+import { log } from '../kernel/log';
+import type { AppEnv } from './context';
+
+const STATUS_CODE: Record<number, ErrorCode> = {
+  400: 'INVALID_INPUT',
+  401: 'UNAUTHENTICATED',
+  403: 'FORBIDDEN',
+  404: 'NOT_FOUND',
+  405: 'METHOD_NOT_ALLOWED',
+  413: 'PAYLOAD_TOO_LARGE',
+  415: 'UNSUPPORTED_MEDIA_TYPE',
+  429: 'RATE_LIMITED',
+};
+
+/** The one error answer: `{error: {code, message, requestId}}` with the request's trace id; internals are logged, not shown. */
+export function onError(err: Error, c: Context<AppEnv>): Response {
+  const traceId = c.var.traceId ?? '';
+  if (err instanceof AppError) {
+    for (const [k, v] of Object.entries(err.headers)) {
+      c.header(k, v);
+    }
+    return c.json(errorBody(err.code, err.message, traceId), err.status);
+  }
+  if (err instanceof HTTPException && err.status < 500) {
+    const code = STATUS_CODE[err.status] ?? 'INVALID_INPUT';
+    return c.json(errorBody(code, err.message || code.toLowerCase(), traceId), err.status);
+  }
+  if (err instanceof ConfigError) {
+    log.error('config.invalid', { requestId: traceId, issues: err.issues });
+    return c.json(errorBody('INTERNAL', 'the service is misconfigured', traceId), 500);
+  }
+  log.error('http.unhandled', { requestId: traceId, method: c.req.method, path: c.req.path, error: err });
+  return c.json(errorBody('INTERNAL', 'internal error', traceId), 500);
+}
+
+/** No route for the method and path: the contract's 404. */
+export function notFound(c: Context<AppEnv>): Response {
+  return c.json(errorBody('NOT_FOUND', `no route for ${c.req.method} ${c.req.path}`, c.var.traceId ?? ''), 404);
+}

@@ -1,0 +1,43 @@
+import { Hono } from 'hono';
+import { dbOptions, withDb } from '../../../db/client';
+import { metricsHub } from '../../../durable-objects/routing';
+import { reconcile } from '../../cron/reconcile';
+import { collectGauges, gaugesUp } from '../../edge/gauges';
+import { ReconcileQuery } from '../../kernel/contract';
+import { AppError } from '../../kernel/errors';
+import { log } from '../../kernel/log';
+import { flushBeforeRead } from '../../metrics/flush';
+import { PROMETHEUS_CONTENT_TYPE, renderPrometheus } from '../../metrics/prometheus';
+import type { AppEnv } from '../context';
+import { valid } from '../middleware/validate';
+
+/** Operations: run reconciliation now, and the Prometheus scrape. Mounted under the admin app (admin token). */
+export const adminOps = new Hono<AppEnv>()
+  .post('/reconcile', valid('query', ReconcileQuery), async (c) => {
+    const { goodsId } = c.req.valid('query');
+    const report = await withDb(dbOptions(c.var.config, 2), (db) =>
+      reconcile(c.env, db, Date.now(), { trigger: 'admin', ...(goodsId !== undefined ? { goodsId } : {}) }),
+    );
+    if (goodsId !== undefined && report.goods.length === 0) {
+      throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
+    }
+    // The counts this run made are part of the next scrape at once.
+    await flushBeforeRead(c.env);
+    return c.json(report);
+  })
+
+  .get('/metrics', async (c) => {
+    await flushBeforeRead(c.env);
+    const now = Date.now();
+    const [totals, gauges] = await Promise.all([
+      metricsHub(c.env).totals(),
+      withDb(dbOptions(c.var.config, 1), (db) => collectGauges(c.env, c.var.config, db, now))
+        .then((families) => [...families, gaugesUp(true)])
+        .catch((error: unknown) => {
+          // Counters still answer when Postgres does not; the gauge says the rest is missing.
+          log.warn('metrics.gauges_failed', { requestId: c.var.traceId, error });
+          return [gaugesUp(false)];
+        }),
+    ]);
+    return c.body(renderPrometheus(totals, gauges), 200, { 'content-type': PROMETHEUS_CONTENT_TYPE, 'cache-control': 'no-store' });
+  });

@@ -1,0 +1,44 @@
+import { Hono } from 'hono';
+import { issueChallenge, passChallenge } from '../../edge/captcha';
+import { PURCHASE_TOKEN_TTL_MS, refuseIfEnded } from '../../edge/purchase';
+import { issuePurchaseToken } from '../../edge/signed';
+import { soldOutNow } from '../../edge/sold-out';
+import { TokenBody } from '../../kernel/contract';
+import { AppError } from '../../kernel/errors';
+import type { AppEnv } from '../context';
+import { goodsInPath, loadGoods } from '../middleware/goods';
+import { requireJson } from '../middleware/require-json';
+import { saleLimits } from '../middleware/sale-limits';
+import { shopperAuth } from '../middleware/shopper-auth';
+import { valid } from '../middleware/validate';
+
+/** A captcha for a goods, and its answer exchanged for a one-time purchase token and the hidden path. */
+export const challengeToken = new Hono<AppEnv>()
+  .post('/goods/:goodsId/challenge', shopperAuth, saleLimits('challenge'), goodsInPath, loadGoods, async (c) => {
+    const { config, goods, limits, userId } = c.var;
+    const now = Date.now();
+    refuseIfEnded(goods, now);
+    return c.json(await issueChallenge(config, limits.powDifficulty, userId, goods.id, now));
+  })
+
+  .post(
+    '/goods/:goodsId/token',
+    shopperAuth,
+    saleLimits('token'),
+    goodsInPath,
+    requireJson,
+    valid('json', TokenBody),
+    loadGoods,
+    async (c) => {
+      const body = c.req.valid('json');
+      const { config, goods, limits, userId } = c.var;
+      const now = Date.now();
+      refuseIfEnded(goods, now);
+      if (soldOutNow(goods.id, now)) {
+        throw new AppError('SOLD_OUT');
+      }
+      await passChallenge(c.env, config, limits.powDifficulty, body, { userId, goodsId: goods.id, ip: c.var.clientIp }, now);
+      const issued = await issuePurchaseToken(config.tokenSecret, userId, goods.id, PURCHASE_TOKEN_TTL_MS, now);
+      return c.json({ token: issued.token, path: issued.path, expiresAt: new Date(issued.expiresAt).toISOString() });
+    },
+  );

@@ -1,0 +1,132 @@
+import { Hono } from 'hono';
+import { createMiddleware } from 'hono/factory';
+import { acquirePermit, enterInFlight } from '../../edge/admission';
+import { checkPurchaseToken, purchaseIdOf, refusal, refuseFromCopies } from '../../edge/purchase';
+import { reserve } from '../../edge/reserve-client';
+import { markInStock, markSoldOut } from '../../edge/sold-out';
+import { IdempotencyHeader, PurchaseBody, PurchasePathParam, type ReserveOutcome } from '../../kernel/contract';
+import { AppError } from '../../kernel/errors';
+import { admissionRate } from '../../kernel/limits';
+import { log } from '../../kernel/log';
+import { type AppEnv, waitUntilOf } from '../context';
+import { goodsOf, loadGoods } from '../middleware/goods';
+import { requireJson } from '../middleware/require-json';
+import { saleLimits } from '../middleware/sale-limits';
+import { shopperAuth } from '../middleware/shopper-auth';
+import { validInto } from '../middleware/validate';
+
+// POST /api/seckill/do/:path, the purchase, as one pipeline of named checks, cheapest first.
+// Before it, on every shopper route (app.ts): clientAddress, loadLimits, ipShield.
+//
+//   requireJson      415 unless the body is JSON
+//   purchaseBody     400 unless it is {goodsId, token}
+//   refuseFromCache  without an Idempotency-Key: 404 unknown goods, 410 ENDED, 425 NOT_STARTED,
+//                    423 PAUSED, 410 SOLD_OUT from the isolate's copies (no sign-in needed, so
+//                    the flood after a sell-out costs neither a signature check nor an object call)
+//   shopperAuth      401 unless a valid shopper JWT
+//   purchasePath     400 unless the hidden path has its shape
+//   idempotencyKey   400 unless the Idempotency-Key (optional) is printable ASCII
+//   saleLimits       429 RATE_LIMITED / 403 BANNED: exact per-IP and per-shopper limits, bans
+//   loadGoods        404 unknown goods (keyed requests get here; the others have the row already)
+//   verifyToken      403 TOKEN_INVALID unless token and path are this shopper's, for this goods
+//   inFlightCap      503 BUSY when this isolate already has inFlightPerGoods waiting on the object
+//   admission        503 BUSY beyond admissionPerSecond to the goods' object, across isolates
+//   reserveUnit      the goods' object decides (group commit); 202 with the purchase id, or its refusal
+
+const step = createMiddleware<AppEnv>;
+
+const purchaseBody = validInto('json', PurchaseBody, (c, body) => {
+  c.set('goodsId', body.goodsId);
+  c.set('purchaseToken', body.token);
+});
+
+const refuseFromCache = step(async function refuseFromCache(c, next) {
+  // Checked on the raw header: a keyed retry may be owed the answer the object gave it before.
+  if (c.req.header('idempotency-key') === undefined) {
+    refuseFromCopies(await goodsOf(c), Date.now());
+  }
+  await next();
+});
+
+const purchasePath = validInto('param', PurchasePathParam, (c, { path }) => c.set('purchasePath', path));
+
+const idempotencyKey = validInto('header', IdempotencyHeader, (c, headers) => c.set('idempotencyKey', headers['idempotency-key']));
+
+const verifyToken = step(async function verifyToken(c, next) {
+  const { config, goods, userId, idempotencyKey: key } = c.var;
+  const keyed = key !== undefined;
+  const input = { token: c.var.purchaseToken, path: c.var.purchasePath, userId, goodsId: goods.id, keyed };
+  c.set('verified', await checkPurchaseToken(config.tokenSecret, input, Date.now()));
+  c.set('purchaseId', await purchaseIdOf(goods.id, userId, key));
+  await next();
+});
+
+const inFlightCap = step(async function inFlightCap(c, next) {
+  const leave = enterInFlight(c.var.goods.id, c.var.limits.inFlightPerGoods);
+  try {
+    await next();
+  } finally {
+    leave();
+  }
+});
+
+const admission = step(async function admission(c, next) {
+  const { goods, limits } = c.var;
+  try {
+    await acquirePermit(c.env, goods, admissionRate(limits, goods.id));
+  } catch (error) {
+    throw busy(c.var.traceId, c.var.purchaseId, goods.id, error);
+  }
+  await next();
+});
+
+const reserveUnit = step(async function reserveUnit(c) {
+  const { goods, userId, verified, purchaseId, idempotencyKey: key } = c.var;
+  const item = { requestId: purchaseId, userId, tokenId: verified.tokenId, tokenExpiresAt: verified.expiresAt, keyed: key !== undefined };
+  let outcome: ReserveOutcome;
+  try {
+    outcome = await reserve(c.env, goods, item, waitUntilOf(c));
+  } catch (error) {
+    throw busy(c.var.traceId, purchaseId, goods.id, error);
+  }
+  if (!outcome.ok) {
+    if (outcome.reason === 'SOLD_OUT') {
+      markSoldOut(goods.id);
+    }
+    throw refusal(outcome.reason);
+  }
+  if (!outcome.replay) {
+    markInStock(goods.id);
+  }
+  return c.json({ code: 0, message: 'queued', requestId: purchaseId }, 202);
+});
+
+/**
+ * The object is overloaded, restarting or unreachable: answer at once rather than queue. A retry
+ * with the same Idempotency-Key gets whatever it decided, if it decided anything.
+ */
+function busy(traceId: string, purchaseId: string, goodsId: number, error: unknown): AppError {
+  if (error instanceof AppError) {
+    return error;
+  }
+  const overloaded = typeof error === 'object' && error !== null && 'overloaded' in error && error.overloaded === true;
+  log.warn('purchase.reserve_failed', { requestId: traceId, purchaseId, goodsId, overloaded, error });
+  return new AppError('BUSY', undefined, { 'retry-after': '1' });
+}
+
+/** The purchase route, its checks in the order they run. */
+export const purchase = new Hono<AppEnv>().post(
+  '/do/:path',
+  requireJson,
+  purchaseBody,
+  refuseFromCache,
+  shopperAuth,
+  purchasePath,
+  idempotencyKey,
+  saleLimits('purchase'),
+  loadGoods,
+  verifyToken,
+  inFlightCap,
+  admission,
+  reserveUnit,
+);

@@ -1,0 +1,30 @@
+import { Hono } from 'hono';
+import { goodsStock } from '../../../durable-objects/routing';
+import { mirroredResult } from '../../edge/stock-reads';
+import { RequestParam } from '../../kernel/contract';
+import { AppError } from '../../kernel/errors';
+import type { AppEnv } from '../context';
+import { loadGoods } from '../middleware/goods';
+import { shopperAuth } from '../middleware/shopper-auth';
+import { validInto } from '../middleware/validate';
+
+/** A request id names its goods (`<goodsId>.<random>`), so the answer is found in that goods' object. */
+const goodsOfRequest = validInto('param', RequestParam, (c, { requestId }) =>
+  c.set('goodsId', Number(requestId.slice(0, requestId.indexOf('.')))),
+);
+
+/** A purchase's answer, for its owner only: the mirror first, the goods' object when the mirror lacks it. */
+export const result = new Hono<AppEnv>().get('/result/:requestId', shopperAuth, goodsOfRequest, loadGoods, async (c) => {
+  const requestId = c.req.param('requestId');
+  const view = (await mirroredResult(c.var.config, requestId)) ?? (await goodsStock(c.env, c.var.goods).result(requestId));
+  // Someone else's request is reported as unknown, so ids cannot be probed.
+  if (!view || view.userId !== c.var.userId) {
+    throw new AppError('NOT_FOUND', 'no such request');
+  }
+  return c.json({
+    requestId: view.requestId,
+    status: view.status,
+    ...(view.orderId ? { orderId: view.orderId } : {}),
+    ...(view.reason ? { reason: view.reason } : {}),
+  });
+});

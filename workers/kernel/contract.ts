@@ -1,0 +1,251 @@
+import { z } from 'zod';
+import type { Limits } from './limits';
+
+// Every payload that crosses a boundary (HTTP, Queue, RPC) is a schema here; types are
+// inferred from them. Queue messages carry `v` so a later format can coexist with this one.
+
+/**
+ * A goods id, as a JSON number or as the digits of a path or query segment. Strict on purpose:
+ * no coercion of `true`, `"1e3"`, `" 12"` or `"0x10"` into some other goods.
+ */
+export const GoodsId = z.union([
+  z.number().int().positive().max(Number.MAX_SAFE_INTEGER),
+  z
+    .string()
+    .regex(/^[1-9][0-9]{0,15}$/, 'goods ids are positive integers')
+    .transform(Number)
+    .pipe(z.number().max(Number.MAX_SAFE_INTEGER, 'goods id too large')),
+]);
+export const UserId = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[A-Za-z0-9_.:@-]+$/, 'letters, digits and _ . : @ - only');
+/** `<goodsId>.<22 url-safe chars>`: the goods is part of the id so a result finds its object. */
+export const RequestId = z.string().regex(/^[1-9][0-9]{0,15}\.[A-Za-z0-9_-]{22}$/, 'not a request id');
+export const OrderId = z.string().regex(/^[1-9][0-9]{0,15}-[0-9]{1,12}$/, 'not an order id');
+export const IdempotencyKey = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[\x21-\x7e]+$/, 'printable ASCII only');
+
+/** What a shopper's reservation carries into the goods' Durable Object. */
+export const ReserveItem = z.object({
+  requestId: RequestId,
+  userId: UserId,
+  tokenId: z.string().min(8).max(64),
+  tokenExpiresAt: z.number().int(),
+  /** true when the client sent an Idempotency-Key: its rejections are remembered too. */
+  keyed: z.boolean(),
+});
+export type ReserveItem = z.infer<typeof ReserveItem>;
+
+export const FAIL_REASONS = [
+  'SOLD_OUT',
+  'ALREADY_PURCHASED',
+  'NOT_STARTED',
+  'ENDED',
+  'PAUSED',
+  'TOKEN_INVALID',
+  'NOT_FOUND',
+  'BUSY',
+  'CANCELLED',
+  'CLOSED_TIMEOUT',
+  'ORDER_FAILED',
+] as const;
+export type FailReason = (typeof FAIL_REASONS)[number];
+
+export type ReserveOutcome =
+  | { ok: true; requestId: string; orderId: string; replay: boolean }
+  | { ok: false; requestId: string; reason: FailReason; replay: boolean };
+
+/** Order message: one reservation on its way to Postgres (producer-made ids). */
+export const OrderMessage = z.object({
+  v: z.literal(1),
+  kind: z.literal('reserve'),
+  requestId: RequestId,
+  orderId: OrderId,
+  orderNo: z.string().min(1).max(64),
+  userId: UserId,
+  goodsId: z.number().int().positive(),
+  activityId: z.number().int(),
+  priceCents: z.number().int().nonnegative(),
+  payTimeoutSeconds: z.number().int().positive(),
+  reservedAt: z.number().int(),
+});
+export type OrderMessage = z.infer<typeof OrderMessage>;
+
+/** Delayed message that closes an order still unpaid at its deadline. */
+export const TimeoutMessage = z.object({
+  v: z.literal(1),
+  kind: z.literal('pay-timeout'),
+  orderId: OrderId,
+  goodsId: z.number().int().positive(),
+});
+export type TimeoutMessage = z.infer<typeof TimeoutMessage>;
+
+/** What the consumer tells the goods' object once Postgres has answered. */
+export type Settlement = { requestId: string; ok: true; orderId: string } | { requestId: string; ok: false; reason: FailReason };
+
+/** Goods settings the stock object needs (from Postgres). */
+export const GoodsInit = z.object({
+  goodsId: z.number().int().positive(),
+  activityId: z.number().int(),
+  title: z.string(),
+  priceCents: z.number().int().nonnegative(),
+  totalStock: z.number().int().nonnegative(),
+  /** Units free in Postgres at init: used only the first time the object is created. */
+  stock: z.number().int().nonnegative(),
+  startAt: z.number().int(),
+  endAt: z.number().int(),
+  paused: z.boolean(),
+  payTimeoutSeconds: z.number().int().positive(),
+});
+export type GoodsInit = z.infer<typeof GoodsInit>;
+
+export type StockSnapshot = {
+  goodsId: number;
+  initialized: true;
+  totalStock: number;
+  remaining: number;
+  startAt: number;
+  endAt: number;
+  paused: boolean;
+  queued: number;
+  confirmed: number;
+  outboxPending: number;
+  oldestOutboxAt: number | null;
+  /** Since when the Redis mirror lags this object (a failed write not yet repaired), or null. */
+  mirrorStaleSince: number | null;
+  /** Reservations this object instance has been asked for (edge admission shows up here). */
+  reserveRequests: number;
+};
+
+export type ResultView = {
+  requestId: string;
+  userId: string;
+  status: 'QUEUED' | 'SUCCESS' | 'FAIL';
+  orderId?: string;
+  reason?: FailReason;
+};
+
+// Edge guard RPC: a sale request's client keys, the ban policy, and the verdict.
+
+/** One client identity to check: `id` is `ip:<addr>` or `user:<id>`; `scope` names its rate window. */
+export const AdmitKey = z.object({
+  id: z.string().min(3).max(200),
+  scope: z.string().min(1).max(32),
+  perSecond: z.number().int().positive(),
+});
+export type AdmitKey = z.infer<typeof AdmitKey>;
+
+export const BanPolicy = z.object({
+  threshold: z.number().int().positive(),
+  windowMs: z.number().int().positive(),
+  durationMs: z.number().int().positive(),
+});
+export type BanPolicy = z.infer<typeof BanPolicy>;
+
+export type AdmitVerdict =
+  | { ok: true }
+  | { ok: false; reason: 'RATE_LIMITED'; id: string; retryAfterMs: number }
+  | { ok: false; reason: 'BANNED'; id: string; retryAfterMs: number };
+
+/** The runtime limits as the limits store answers them. */
+export type StoredLimits = { limits: Limits; updatedAt: string | null };
+export type BanView = { id: string; until: string; createdAt: string };
+/** The limits record as builds before the limits store kept it (JSON text and its change time). */
+export type LegacyLimits = { value: string; updatedAt: number };
+/** Admission permits leased to an isolate, or how long until the gate has some. */
+export type Lease = { granted: number; retryAfterMs: number };
+
+/** Where a goods' stock object may be placed (Cloudflare's Durable Object location hints). */
+export const LOCATION_HINTS = ['wnam', 'enam', 'sam', 'weur', 'eeur', 'apac', 'oc', 'afr', 'me'] as const;
+export const LocationHint = z.enum(LOCATION_HINTS);
+
+/** What addresses a goods' objects: its id and the location hint its stock object is made with. A goods row fits. */
+export type GoodsPlacement = { id: number; locationHint: string | null };
+
+// HTTP bodies.
+const Millis = z.union([z.number().int(), z.string().datetime({ offset: true })]).transform((v) => new Date(v).getTime());
+
+export const CreateGoodsBody = z
+  .object({
+    activityId: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+    title: z.string().trim().min(1).max(200),
+    imageUrl: z.string().url().max(2000).optional(),
+    priceCents: z.number().int().nonnegative().max(100_000_000),
+    stock: z.number().int().nonnegative().max(10_000_000),
+    startAt: Millis,
+    endAt: Millis,
+    payTimeoutSeconds: z.number().int().min(1).max(43_200).optional(),
+    locationHint: LocationHint.optional(),
+  })
+  .refine((b) => b.endAt > b.startAt, { message: 'endAt must be after startAt', path: ['endAt'] });
+export type CreateGoodsBody = z.infer<typeof CreateGoodsBody>;
+
+/** A `/goods/:goodsId/...` path. */
+export const GoodsParam = z.object({ goodsId: GoodsId });
+
+/** A `/result/:requestId` path. */
+export const RequestParam = z.object({ requestId: RequestId });
+/** The hidden purchase path: 32 url-safe characters derived from the purchase token. */
+export const PurchasePathParam = z.object({ path: z.string().regex(/^[A-Za-z0-9_-]{32}$/, 'not a purchase path') });
+export const IdempotencyHeader = z.object({ 'idempotency-key': IdempotencyKey.optional() });
+
+export const DevTokenBody = z.object({ userId: UserId });
+/** Proof-of-work nonce: whatever string the client found (printable ASCII). */
+export const PowNonce = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[\x21-\x7e]+$/, 'printable ASCII only');
+const ChallengeIdField = z.string().min(1).max(1024);
+export const TokenBody = z.union([
+  z.object({ challengeId: ChallengeIdField, answer: z.union([z.string().max(64), z.number()]), powNonce: PowNonce.optional() }),
+  z.object({ turnstileToken: z.string().min(1).max(4096), challengeId: ChallengeIdField.optional(), powNonce: PowNonce.optional() }),
+]);
+export type TokenBody = z.infer<typeof TokenBody>;
+export const PurchaseBody = z.object({ goodsId: GoodsId, token: z.string().min(1).max(1024) });
+
+// Orders, payments and dead letters.
+export const OrderParam = z.object({ orderId: OrderId });
+
+/** Our payment ids: made by the shop when a payment starts, echoed by the provider's webhook. */
+export const PaymentId = z.string().regex(/^pay_[A-Za-z0-9_-]{22}$/, 'not a payment id');
+
+export const PayBody = z
+  .object({
+    /** Sandbox provider only: how the simulated payment ends; `hold` waits for the shopper to finish it. */
+    outcome: z.enum(['succeed', 'fail', 'hold']).optional(),
+  })
+  .strict();
+export type PayBody = z.infer<typeof PayBody>;
+
+/** The provider's webhook body (signed; verified before this is parsed). */
+export const PaymentCallbackBody = z.object({
+  eventId: z
+    .string()
+    .min(1)
+    .max(128)
+    .regex(/^[\x21-\x7e]+$/, 'printable ASCII only'),
+  paymentId: PaymentId,
+  orderId: OrderId,
+  status: z.enum(['SUCCEEDED', 'FAILED']),
+  amountCents: z.number().int().nonnegative().max(2_147_483_647),
+});
+export type PaymentCallbackBody = z.infer<typeof PaymentCallbackBody>;
+
+export const SandboxCompleteBody = z.object({ outcome: z.enum(['succeed', 'fail']).default('succeed') }).strict();
+
+export const DeadLetterQuery = z.object({
+  goodsId: GoodsId.optional(),
+  state: z.enum(['open', 'redriven', 'all']).default('open'),
+  limit: z.coerce.number().int().min(1).max(500).default(100),
+});
+export const DeadLetterParam = z.object({ id: z.coerce.number().int().positive().max(Number.MAX_SAFE_INTEGER) });
+export const RedriveGoodsBody = z.object({ goodsId: z.number().int().positive().max(Number.MAX_SAFE_INTEGER) }).strict();
+
+/** POST /admin/reconcile: every goods in scope, or only `goodsId`. */
+export const ReconcileQuery = z.object({ goodsId: GoodsId.optional() }).strict();
