@@ -1,6 +1,6 @@
 import { and, count, desc, eq, isNotNull, isNull, sql } from 'drizzle-orm';
 import type { Db } from './client';
-import { deadLetter } from './schema';
+import { deadLetter, mqConsumeLog } from './schema';
 
 export type DeadLetterRow = typeof deadLetter.$inferSelect;
 export type NewDeadLetter = typeof deadLetter.$inferInsert;
@@ -75,4 +75,25 @@ export async function claimDeadLetter(db: Db, id: number, now: number): Promise<
 /** Gives a claim back (the send failed). */
 export async function unclaimDeadLetter(db: Db, id: number): Promise<void> {
   await db.update(deadLetter).set({ redrivenAt: null }).where(eq(deadLetter.id, id));
+}
+
+/**
+ * Closes (marks re-driven) the open dead order messages of a goods whose reservation Postgres
+ * has settled since: the goods' object sent the message again and it landed. A message's key
+ * is its consume-log key (`order:<requestId>`). Returns how many it closed.
+ */
+export async function closeSettledDeadLetters(db: Db, goodsId: number, now: number): Promise<number> {
+  const closed = await db
+    .update(deadLetter)
+    .set({ redrivenAt: new Date(now) })
+    .where(
+      and(
+        eq(deadLetter.goodsId, goodsId),
+        eq(deadLetter.queue, 'orders'),
+        isNull(deadLetter.redrivenAt),
+        sql`EXISTS (SELECT 1 FROM ${mqConsumeLog} WHERE ${mqConsumeLog.messageId} = ${deadLetter.messageKey})`,
+      ),
+    )
+    .returning({ id: deadLetter.id });
+  return closed.length;
 }

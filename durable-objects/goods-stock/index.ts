@@ -1,22 +1,25 @@
 import { DurableObject } from 'cloudflare:workers';
 import { getConfig } from '../../workers/kernel/config';
-import type {
-  FailReason,
-  GoodsInit,
-  ReserveItem,
-  ReserveOutcome,
-  ResultView,
-  Settlement,
-  StockSnapshot,
+import {
+  ACCEPTED_KEYED_WINDOW_MS,
+  type FailReason,
+  type GoodsInit,
+  type ReserveItem,
+  type ReserveOutcome,
+  type ResultView,
+  type Settlement,
+  type StockSnapshot,
 } from '../../workers/kernel/contract';
 import { log } from '../../workers/kernel/log';
 import { scheduleMetricsFlush } from '../../workers/metrics/flush';
 import { count } from '../../workers/metrics/registry';
 import { type MirrorCheck, MirrorSync } from '../../workers/mirror/sync';
-import { releaseOne, reserveOne } from './ledger';
+import { KeyedAccepts } from './keyed-accepts';
+import { refuseOne, releaseOne, reserveOne, restoreUnsettled, returnRefused } from './ledger';
 import { mirrorExpectation, mirrorFullState, mirrorGoods, noteAccepted } from './mirror-view';
 import { Outbox } from './outbox';
 import { goodsFromPostgres, stockSnapshot } from './sale';
+import { OUTBOX_KEEPS_UNSETTLED } from './schema';
 import { type Sale, StockStorage } from './storage';
 
 /** The outbox's safety net: if the immediate flush did not empty it, the alarm retries. */
@@ -43,6 +46,9 @@ export class GoodsStock extends DurableObject<Env> {
   private alarmAt: number | null = null;
   /** Reservation items received since this instance started; in memory, for load and admission checks. */
   private reserveRequests = 0;
+  /** Keyed purchases accepted in the last minutes, named in SOLD_OUT answers (rebuilt at start). */
+  private readonly keyedAccepts = new KeyedAccepts();
+  private lastPruneAt = 0;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -50,7 +56,12 @@ export class GoodsStock extends DurableObject<Env> {
     const goodsId = () => this.sale?.goodsId;
     const retryAt = (at: number) => this.ensureAlarm(at);
     // The queue binding is read at send time from this.env.
-    this.outbox = new Outbox(this.store, { queue: () => this.env.ORDER_QUEUE, goodsId, retryAt });
+    this.outbox = new Outbox(this.store, {
+      queue: () => this.env.ORDER_QUEUE,
+      goodsId,
+      schedule: () => getConfig(this.env).retry,
+      retryAt,
+    });
     this.mirror = new MirrorSync(() => getConfig(env).redis, {
       goodsId,
       fullState: () => this.sale && mirrorFullState(this.store, this.sale, this.mirror.title, Date.now()),
@@ -59,10 +70,24 @@ export class GoodsStock extends DurableObject<Env> {
       persist: (state) => this.store.saveMirrorState(state),
     });
     void ctx.blockConcurrencyWhile(async () => {
-      this.store.migrate();
+      const now = Date.now();
+      let restored = 0;
+      ctx.storage.transactionSync(() => {
+        const found = this.store.migrate();
+        this.sale = this.store.readSale();
+        if (this.sale && found > 0 && found < OUTBOX_KEEPS_UNSETTLED) {
+          restored = restoreUnsettled(this.store, this.sale, now);
+        }
+      });
+      if (restored > 0) {
+        log.warn('goods_stock.outbox_restored', { goodsId: this.sale?.goodsId, rows: restored });
+      }
       this.mirror.load(this.store.mirrorState());
-      this.sale = this.store.readSale();
+      this.keyedAccepts.load(this.store.keyedAcceptedSince(now - ACCEPTED_KEYED_WINDOW_MS, this.keyedAccepts.loadLimit));
       this.alarmAt = await ctx.storage.getAlarm();
+      if (restored > 0) {
+        this.ensureAlarm(now);
+      }
       if (this.mirror.staleSinceMs !== null) {
         // The previous instance left the mirror behind: the alarm rewrites it.
         this.ensureAlarm(Date.now() + 1_000);
@@ -163,14 +188,20 @@ export class GoodsStock extends DurableObject<Env> {
       this.syncMirror();
     }
     this.countDecisions(sale.goodsId, outcomes);
-    return outcomes;
+    return this.keyedAccepts.answer(items, outcomes, now);
   }
 
-  /** Records what Postgres made of reservations: confirmed orders, or failures that give the unit back. */
-  async settle(settlements: Settlement[]): Promise<{ confirmed: number; released: number }> {
+  /**
+   * Records what Postgres made of reservations: confirmed orders, failures that give the unit
+   * back, or a SOLD_OUT from Postgres, whose unit is held aside (see refuseOne). A settled
+   * reservation's outbox row goes: nothing sends it again.
+   */
+  async settle(settlements: Settlement[]): Promise<{ confirmed: number; released: number; refused: number }> {
     const now = Date.now();
+    const sale = this.sale;
     let confirmed = 0;
     let released = 0;
+    let refused = 0;
     this.ctx.storage.transactionSync(() => {
       for (const s of settlements) {
         if (s.ok) {
@@ -178,15 +209,46 @@ export class GoodsStock extends DurableObject<Env> {
             confirmed++;
             this.mirror.noteResult({ requestId: s.requestId, userId, value: `SUCCESS:${s.orderId}` });
           }
+        } else if (s.reason === 'SOLD_OUT' && sale) {
+          const userId = refuseOne(this.store, sale, s.requestId, now);
+          if (userId !== undefined) {
+            refused++;
+            this.mirror.noteUser(userId, false);
+            this.mirror.noteResult({ requestId: s.requestId, userId, value: 'FAIL:SOLD_OUT' });
+          }
         } else if (this.releaseUnit(s.requestId, s.reason, now)) {
           released++;
         }
       }
     });
-    if (confirmed > 0 || released > 0) {
+    if (refused > 0 && sale) {
+      log.error('goods_stock.units_refused', { goodsId: sale.goodsId, units: refused, heldAside: sale.refused, remaining: sale.remaining });
+      count('seckill_units_refused_total', { goods_id: String(sale.goodsId) }, refused);
+      scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));
+    }
+    if (confirmed > 0 || released > 0 || refused > 0) {
       this.syncMirror();
     }
-    return { confirmed, released };
+    return { confirmed, released, refused };
+  }
+
+  /**
+   * Puts up to `units` refused units back on sale: reconciliation's decision once Postgres has
+   * room for them again. Only while the stock is still `expectedRemaining` (what the decision
+   * was made on); otherwise it returns nothing and the next run decides again.
+   */
+  async returnRefused(units: number, expectedRemaining: number): Promise<{ returned: number; remaining: number; refused: number }> {
+    const sale = this.sale;
+    if (!sale || sale.remaining !== expectedRemaining) {
+      return { returned: 0, remaining: sale?.remaining ?? 0, refused: sale?.refused ?? 0 };
+    }
+    const returned = this.ctx.storage.transactionSync(() => returnRefused(this.store, sale, units));
+    if (returned > 0) {
+      log.warn('goods_stock.refused_returned', { goodsId: sale.goodsId, units: returned, heldAside: sale.refused });
+      this.mirror.noteStock(sale.remaining);
+      this.syncMirror();
+    }
+    return { returned, remaining: sale.remaining, refused: sale.refused };
   }
 
   /**
@@ -257,11 +319,19 @@ export class GoodsStock extends DurableObject<Env> {
   }
 
   /**
-   * Sends the whole outbox now, ignoring the retry backoff (the reconciler's re-drive of a
-   * stuck outbox). Returns how many rows are still waiting afterwards.
+   * Sends every message the queue has not taken now, ignoring the retry backoff (the
+   * reconciler's re-drive of a stuck outbox). Returns how many rows are still waiting afterwards.
    */
   async redriveOutbox(): Promise<{ before: number; pending: number }> {
     return this.outbox.redrive();
+  }
+
+  /**
+   * Sends again now every unsettled reservation accepted and last sent before `before` (the
+   * reconciler's re-drive of reservations left QUEUED, once Postgres answers again).
+   */
+  async redriveUnsettled(before: number): Promise<{ rows: number; queued: number }> {
+    return this.outbox.redriveUnsettled(before);
   }
 
   /** Keeps one alarm set at the earliest due work (outbox retry, mirror retry or pruning). */
@@ -281,7 +351,12 @@ export class GoodsStock extends DurableObject<Env> {
       await this.mirror.flush(true);
     }
     const now = Date.now();
-    const tokensLeft = this.store.prune(now, now - REJECTION_TTL_MS);
+    // The alarm comes every few minutes while reservations wait to settle; pruning needs less.
+    let tokensLeft = true;
+    if (now - this.lastPruneAt >= PRUNE_INTERVAL_MS) {
+      this.lastPruneAt = now;
+      tokensLeft = this.store.prune(now, now - REJECTION_TTL_MS);
+    }
     const next = this.store.nextOutboxAt();
     if (next !== null) {
       this.ensureAlarm(Math.max(next, now + 100));
@@ -292,6 +367,7 @@ export class GoodsStock extends DurableObject<Env> {
     if (mirrorRetry !== null) {
       this.ensureAlarm(Math.max(mirrorRetry, now + 100));
     }
+    scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));
   }
 
   /** Compares the Redis mirror with this object; with `repair`, rewrites it when they differ. */

@@ -21,7 +21,9 @@ export function reserveOne(store: StockStorage, sale: Sale, item: ReserveItem, n
     if (decision.spendToken) {
       store.spendToken(item);
     }
-    if (item.keyed) {
+    // An invalid token proves nothing about the shopper and costs no write: a retry with the same
+    // key and token is refused the same way, and a flood of forged tokens cannot fill storage.
+    if (item.keyed && decision.reason !== 'TOKEN_INVALID') {
       store.rememberRejection(item, decision.reason, now);
     }
     return { ok: false, requestId: item.requestId, reason: decision.reason, replay: false };
@@ -32,22 +34,39 @@ export function reserveOne(store: StockStorage, sale: Sale, item: ReserveItem, n
 function accept(store: StockStorage, sale: Sale, item: ReserveItem, now: number): string {
   const seq = sale.nextSeq++;
   sale.remaining--;
-  const orderId = `${sale.goodsId}-${seq}`;
-  const message: OrderMessage = {
+  const message = orderMessage(sale, item, seq, now);
+  store.recordAccepted(item, message, now);
+  return message.orderId;
+}
+
+/** The order message of the reservation with sequence `seq`, accepted at `at`; the same whenever it is built. */
+function orderMessage(sale: Sale, r: { requestId: string; userId: string }, seq: number, at: number): OrderMessage {
+  return {
     v: 1,
     kind: 'reserve',
-    requestId: item.requestId,
-    orderId,
-    orderNo: orderNumber(sale.goodsId, seq, now),
-    userId: item.userId,
+    requestId: r.requestId,
+    orderId: `${sale.goodsId}-${seq}`,
+    orderNo: orderNumber(sale.goodsId, seq, at),
+    userId: r.userId,
     goodsId: sale.goodsId,
     activityId: sale.activityId,
     priceCents: sale.priceCents,
     payTimeoutSeconds: sale.payTimeoutSeconds,
-    reservedAt: now,
+    reservedAt: at,
   };
-  store.recordAccepted(item, message, now);
-  return orderId;
+}
+
+/**
+ * Gives back the outbox rows of unsettled reservations an older build deleted once the queue
+ * took them, so they are sent again until they settle. Runs once, when such an object upgrades.
+ */
+export function restoreUnsettled(store: StockStorage, sale: Sale, now: number): number {
+  const rows = store.unsettledWithoutOutbox();
+  for (const r of rows) {
+    const seq = Number(r.order_id.slice(r.order_id.indexOf('-') + 1));
+    store.restoreOutbox(orderMessage(sale, { requestId: r.request_id, userId: r.user_id }, seq, r.created_at), r.created_at, now);
+  }
+  return rows.length;
 }
 
 /** What a release gave back: whose unit, and whether it was still waiting for Postgres. */
@@ -66,4 +85,33 @@ export function releaseOne(store: StockStorage, sale: Sale, requestId: string, r
   sale.remaining = Math.min(sale.totalStock, sale.remaining + 1);
   store.saveRemaining(sale.remaining);
   return { userId: row.user_id, wasQueued: row.status === 'QUEUED' };
+}
+
+/**
+ * Postgres refused a queued reservation for want of stock (it holds less than this object): the
+ * reservation fails SOLD_OUT and its shopper may try again, but the unit is held aside, not put
+ * back on sale, or every next buyer would be accepted and refused the same way. Reconciliation
+ * returns held units once Postgres has room. The refused shopper's id, or undefined when there
+ * was nothing queued to refuse.
+ */
+export function refuseOne(store: StockStorage, sale: Sale, requestId: string, now: number): string | undefined {
+  const row = store.reservation(requestId);
+  if (!row || row.released === 1 || row.order_id === null || row.status !== 'QUEUED') {
+    return undefined;
+  }
+  store.markReleased(row, 'SOLD_OUT', now);
+  sale.refused++;
+  store.saveRefused(sale);
+  return row.user_id;
+}
+
+/** Puts up to `units` held-aside units back on sale; how many it returned. */
+export function returnRefused(store: StockStorage, sale: Sale, units: number): number {
+  const n = Math.max(0, Math.min(units, sale.refused, sale.totalStock - sale.remaining));
+  if (n > 0) {
+    sale.refused -= n;
+    sale.remaining += n;
+    store.saveRefused(sale);
+  }
+  return n;
 }

@@ -25,7 +25,7 @@ export function mirrorGoods(sale: Sale, title: string): MirrorGoods {
 
 /** What the mirror should hold, for comparing. */
 export function mirrorExpectation(store: StockStorage, sale: Sale, title: string): MirrorExpectation {
-  return { goods: mirrorGoods(sale, title), remaining: sale.remaining, holders: store.holderCount() };
+  return { goods: mirrorGoods(sale, title), remaining: sale.remaining, holders: store.tally().holders };
 }
 
 /** Everything the mirror holds, for a full rewrite. */

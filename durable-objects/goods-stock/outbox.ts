@@ -1,22 +1,29 @@
 import { backoffSeconds } from '../../workers/kernel/backoff';
 import type { OrderMessage } from '../../workers/kernel/contract';
 import { log } from '../../workers/kernel/log';
+import type { RetrySchedule } from '../../workers/kernel/retry-schedule';
+import { count } from '../../workers/metrics/registry';
 import type { StockStorage } from './storage';
 
 // The local message table (本地消息表): an accepted reservation's order message is written in
-// the same transaction as the decrement, then sent to the order queue. A send that fails is
-// retried with backoff from the object's alarm, so "stock taken but message lost" cannot happen.
+// the same transaction as the decrement, then sent to the order queue. The row stays until the
+// order consumer settles the reservation (an order, or a failure with a reason): a send that
+// fails is retried with backoff, and a message the queue took but that never settled (its
+// retries and its dead letter lost while Postgres was down, say) is sent again after
+// OUTBOX_RESEND_SECONDS, doubling up to OUTBOX_RESEND_CAP_SECONDS, for as long as it takes.
+// The consumer is idempotent, so a copy that arrives after the order was made is a no-op. The
+// object's one alarm drives all of it, reading only the rows that are due (an index on next_at).
 
 const SEND_BATCH_MAX = 100;
 const ROWS_PER_FLUSH = 1000;
-/** A failed send is retried after a backoff that stops growing here. */
-const RETRY_CAP_SECONDS = 60;
 
 export type OutboxHost = {
   /** The queue, read at send time (the object's current binding). */
   queue(): Queue;
   goodsId(): number | undefined;
-  /** Asks for an alarm at `at`, to retry a failed send. */
+  /** The retry and resend schedule in force (the configuration, read at send time). */
+  schedule(): RetrySchedule;
+  /** Asks for an alarm at `at`, when the next row is due. */
   retryAt(at: number): void;
 };
 
@@ -43,37 +50,64 @@ export class Outbox {
         } while (this.flushAgain);
       } finally {
         this.flushing = undefined;
+        const next = this.store.nextOutboxAt();
+        if (next !== null) {
+          this.host.retryAt(Math.max(next, Date.now() + 100));
+        }
       }
     })();
     return this.flushing;
   }
 
   /**
-   * Sends every waiting row now, ignoring the retry backoff (the reconciler's re-drive of a stuck
-   * outbox). Returns how many rows waited before and how many still do.
+   * Sends every row the queue never took now, ignoring the retry backoff (the reconciler's
+   * re-drive of a stuck outbox). Returns how many waited before and how many still do.
    */
   async redrive(): Promise<{ before: number; pending: number }> {
-    const now = Date.now();
-    const before = this.store.outboxStats().n;
-    this.store.outboxDueNow(now);
+    const before = this.store.tally().unsent;
+    this.store.unsentDueNow(Date.now());
     await this.flush();
-    return { before, pending: this.store.outboxStats().n };
+    return { before, pending: this.store.tally().unsent };
+  }
+
+  /**
+   * Sends again now every reservation accepted and last sent before `before` that has not settled
+   * (the reconciler's re-drive once Postgres answers again). Returns how many it sent and how
+   * many reservations are still unsettled.
+   */
+  async redriveUnsettled(before: number): Promise<{ rows: number; queued: number }> {
+    const rows = this.store.unsettledDueNow(before, Date.now());
+    await this.flush();
+    return { rows, queued: this.store.tally().queued };
   }
 
   private async flushDue(): Promise<void> {
     const rows = this.store.dueOutbox(Date.now(), ROWS_PER_FLUSH);
+    if (rows.length === 0) {
+      return;
+    }
+    const schedule = this.host.schedule();
+    const resend = { baseMs: schedule.resendSeconds * 1000, capMs: schedule.resendCapSeconds * 1000 };
     for (let i = 0; i < rows.length; i += SEND_BATCH_MAX) {
       const chunk = rows.slice(i, i + SEND_BATCH_MAX);
       const seqs = chunk.map((r) => r.seq);
       try {
         // The bodies were written by this object from a typed OrderMessage.
         await this.host.queue().sendBatch(chunk.map((r) => ({ body: JSON.parse(r.body) as OrderMessage, contentType: 'json' })));
-        this.store.deleteOutbox(seqs);
+        this.store.markSent(seqs, Date.now(), resend);
+        const resent = chunk.filter((r) => r.sends > 0).length;
+        if (resent > 0) {
+          count('seckill_outbox_resends_total', { goods_id: String(this.host.goodsId()) }, resent);
+        }
       } catch (error) {
-        const attempts = (chunk[0]?.attempts ?? 0) + 1;
-        const retryAt = Date.now() + backoffSeconds(attempts, RETRY_CAP_SECONDS) * 1000;
+        const attempts = Math.max(...chunk.map((r) => r.attempts)) + 1;
+        const retryAt = Date.now() + backoffSeconds(attempts, schedule.outboxRetryCapSeconds) * 1000;
         log.warn('goods_stock.outbox_send_failed', { goodsId: this.host.goodsId(), rows: chunk.length, attempts, error });
-        this.store.retryOutbox(seqs, retryAt);
+        // The rest of this run waits too: the queue that refused one batch would refuse the next.
+        this.store.retryOutbox(
+          rows.slice(i).map((r) => r.seq),
+          retryAt,
+        );
         this.host.retryAt(retryAt);
         return;
       }

@@ -13,14 +13,14 @@ export async function goodsFromPostgres(env: Env, goodsId: number): Promise<Good
   return row ? toGoodsInit(row) : undefined;
 }
 
-/** The object's own view of its sale, stock and backlog. */
+/** The object's own view of its sale, stock and backlog: a few rows read, whatever the sale's size. */
 export function stockSnapshot(
   store: StockStorage,
   sale: Sale,
   instance: { mirrorStaleSince: number | null; reserveRequests: number },
 ): StockSnapshot {
-  const counts = store.heldCounts();
-  const outbox = store.outboxStats();
+  const tally = store.tally();
+  const ages = store.outboxAges();
   return {
     goodsId: sale.goodsId,
     initialized: true,
@@ -29,10 +29,12 @@ export function stockSnapshot(
     startAt: sale.startAt,
     endAt: sale.endAt,
     paused: sale.paused,
-    queued: counts.queued,
-    confirmed: counts.confirmed,
-    outboxPending: outbox.n,
-    oldestOutboxAt: outbox.oldest,
+    queued: tally.queued,
+    confirmed: tally.confirmed,
+    refused: sale.refused,
+    oldestQueuedAt: ages.oldestUnsettled,
+    outboxPending: tally.unsent,
+    oldestOutboxAt: ages.oldestUnsent,
     mirrorStaleSince: instance.mirrorStaleSince,
     reserveRequests: instance.reserveRequests,
   };

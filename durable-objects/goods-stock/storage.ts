@@ -3,11 +3,12 @@ import { migrateSchema } from '../../workers/kernel/schema-gate';
 import type { ResultValue } from '../../workers/mirror/keys';
 import type { MirrorResult } from '../../workers/mirror/plan';
 import type { PriorAnswer, SaleState } from './rules';
+import { MIGRATIONS } from './schema';
 
-// Every table of the goods' object and every statement on them. The schema is one list of
-// versioned steps behind one version number; each step is idempotent, so an object made by an
-// older build (or one that created a table outside the gate) opens under this one.
-// Statements are synchronous: the object runs them inside one step of its single thread.
+// Every table of the goods' object and every statement on them, behind the one version gate
+// of schema.ts. Statements are synchronous: the object runs them inside one step of its single
+// thread. Nothing the object runs per request, per alarm or per snapshot reads more rows as the
+// sale grows: counts come from the tally row, due work and ages from indexes.
 
 /** The sale as the object holds it: its settings, the authoritative stock and the order sequence. */
 export type Sale = SaleState & {
@@ -16,6 +17,8 @@ export type Sale = SaleState & {
   priceCents: number;
   payTimeoutSeconds: number;
   nextSeq: number;
+  /** Units Postgres refused (it had less stock than this object): neither for sale nor sold. */
+  refused: number;
 };
 
 export type ReservationRow = {
@@ -25,6 +28,7 @@ export type ReservationRow = {
   status: 'QUEUED' | 'SUCCESS' | 'FAIL';
   reason: string | null;
   released: number;
+  created_at: number;
 };
 
 type SaleRow = {
@@ -38,47 +42,32 @@ type SaleRow = {
   paused: number;
   pay_timeout_seconds: number;
   next_seq: number;
+  refused: number;
 };
 
-export type OutboxRow = { seq: number; body: string; attempts: number };
+export type OutboxRow = { seq: number; body: string; attempts: number; sends: number };
+
+/** The counts the triggers keep (schema.ts): unsettled and confirmed reservations, holders, outbox rows never sent. */
+export type Tally = { queued: number; confirmed: number; holders: number; unsent: number };
 
 /** The mirror's bookkeeping: the goods' title (only the mirror's goods hash needs it) and since when the mirror lags. */
 export type MirrorState = { title: string; staleSince: number | null };
 
-/**
- * The schema, step by step. Version 1 made the sale, its reservations, holders, spent tokens and
- * the outbox. Version 2 brings mirror_state behind the gate: builds before it created that
- * table on their own at load, so the step is written to find it already there.
- */
-const MIGRATIONS: readonly string[] = [
-  `CREATE TABLE IF NOT EXISTS sale (
-     id INTEGER PRIMARY KEY CHECK (id = 1),
-     goods_id INTEGER NOT NULL, activity_id INTEGER NOT NULL, price_cents INTEGER NOT NULL,
-     total_stock INTEGER NOT NULL, remaining INTEGER NOT NULL CHECK (remaining >= 0),
-     start_at INTEGER NOT NULL, end_at INTEGER NOT NULL, paused INTEGER NOT NULL,
-     pay_timeout_seconds INTEGER NOT NULL, next_seq INTEGER NOT NULL);
-   CREATE TABLE IF NOT EXISTS reservation (
-     request_id TEXT PRIMARY KEY, user_id TEXT NOT NULL, order_id TEXT, status TEXT NOT NULL,
-     reason TEXT, released INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL,
-     settled_at INTEGER);
-   CREATE INDEX IF NOT EXISTS reservation_order ON reservation (order_id);
-   CREATE TABLE IF NOT EXISTS holder (user_id TEXT PRIMARY KEY, request_id TEXT NOT NULL);
-   CREATE TABLE IF NOT EXISTS used_token (token_id TEXT PRIMARY KEY, expires_at INTEGER NOT NULL);
-   CREATE TABLE IF NOT EXISTS outbox (
-     seq INTEGER PRIMARY KEY AUTOINCREMENT, request_id TEXT NOT NULL, body TEXT NOT NULL,
-     attempts INTEGER NOT NULL DEFAULT 0, next_at INTEGER NOT NULL, created_at INTEGER NOT NULL);`,
-  'CREATE TABLE IF NOT EXISTS mirror_state (id INTEGER PRIMARY KEY CHECK (id = 1), title TEXT NOT NULL, stale_since INTEGER)',
-];
+/** An unsettled reservation an older build sent and forgot: what its order message is rebuilt from. */
+export type UnsettledRow = Pick<ReservationRow, 'request_id' | 'user_id' | 'created_at'> & { order_id: string };
 
 /** The schema version this build writes. */
 export const SCHEMA_VERSION = MIGRATIONS.length;
 
+/** The rows of a list of seqs, as one bound value (a statement takes at most 100 of them). */
+const SEQS_IN = 'seq IN (SELECT value FROM json_each(?))';
+
 export class StockStorage {
   constructor(private readonly sql: SqlStorage) {}
 
-  /** Brings the schema to SCHEMA_VERSION; call while the object loads (blockConcurrencyWhile). */
-  migrate(): void {
-    migrateSchema(this.sql, MIGRATIONS);
+  /** Brings the schema to SCHEMA_VERSION and returns the version it found; call while the object loads, in a transaction. */
+  migrate(): number {
+    return migrateSchema(this.sql, MIGRATIONS);
   }
 
   // The sale.
@@ -99,6 +88,7 @@ export class StockStorage {
       paused: r.paused === 1,
       payTimeoutSeconds: r.pay_timeout_seconds,
       nextSeq: r.next_seq,
+      refused: r.refused,
     };
   }
 
@@ -140,6 +130,11 @@ export class StockStorage {
     this.sql.exec('UPDATE sale SET remaining = ? WHERE id = 1', remaining);
   }
 
+  /** The units held aside and those for sale, which move together when refused units come back. */
+  saveRefused(sale: Pick<Sale, 'remaining' | 'refused'>): void {
+    this.sql.exec('UPDATE sale SET remaining = ?, refused = ? WHERE id = 1', sale.remaining, sale.refused);
+  }
+
   savePaused(paused: boolean): void {
     this.sql.exec('UPDATE sale SET paused = ? WHERE id = 1', paused ? 1 : 0);
   }
@@ -172,7 +167,12 @@ export class StockStorage {
   }
 
   reservation(requestId: string): ReservationRow | undefined {
-    return this.sql.exec<ReservationRow>('SELECT * FROM reservation WHERE request_id = ?', requestId).toArray()[0];
+    return this.sql
+      .exec<ReservationRow>(
+        'SELECT request_id, user_id, order_id, status, reason, released, created_at FROM reservation WHERE request_id = ?',
+        requestId,
+      )
+      .toArray()[0];
   }
 
   // Reservations: what the decisions write.
@@ -184,7 +184,7 @@ export class StockStorage {
   /** Remembers a keyed request's rejection, so its retry gets the same answer. */
   rememberRejection(item: ReserveItem, reason: FailReason, now: number): void {
     this.sql.exec(
-      "INSERT INTO reservation (request_id, user_id, status, reason, released, created_at) VALUES (?, ?, 'FAIL', ?, 1, ?)",
+      "INSERT INTO reservation (request_id, user_id, status, reason, released, created_at, keyed) VALUES (?, ?, 'FAIL', ?, 1, ?, 1)",
       item.requestId,
       item.userId,
       reason,
@@ -196,11 +196,12 @@ export class StockStorage {
   recordAccepted(item: ReserveItem, message: OrderMessage, now: number): void {
     this.spendToken(item);
     this.sql.exec(
-      "INSERT INTO reservation (request_id, user_id, order_id, status, created_at) VALUES (?, ?, ?, 'QUEUED', ?)",
+      "INSERT INTO reservation (request_id, user_id, order_id, status, created_at, keyed) VALUES (?, ?, ?, 'QUEUED', ?, ?)",
       item.requestId,
       item.userId,
       message.orderId,
       now,
+      item.keyed ? 1 : 0,
     );
     this.sql.exec('INSERT INTO holder (user_id, request_id) VALUES (?, ?)', item.userId, item.requestId);
     this.sql.exec(
@@ -212,9 +213,9 @@ export class StockStorage {
     );
   }
 
-  /** Marks a queued reservation's order confirmed; the users it held for (none when it was not queued). */
+  /** Marks a queued reservation's order confirmed (its outbox row goes); the users it held for (none when it was not queued). */
   confirm(requestId: string, now: number): string[] {
-    return this.sql
+    const users = this.sql
       .exec<{ user_id: string }>(
         "UPDATE reservation SET status = 'SUCCESS', settled_at = ? WHERE request_id = ? AND status = 'QUEUED' AND released = 0 RETURNING user_id",
         now,
@@ -222,11 +223,15 @@ export class StockStorage {
       )
       .toArray()
       .map((r) => r.user_id);
+    if (users.length > 0) {
+      this.sql.exec('DELETE FROM outbox WHERE request_id = ?', requestId);
+    }
+    return users;
   }
 
   /**
    * A reservation no longer holds a unit: one that never became an order reports the reason; an
-   * order keeps SUCCESS (its own status tells the story). Its holder and unsent message go.
+   * order keeps SUCCESS (its own status tells the story). Its holder and outbox row go.
    */
   markReleased(row: ReservationRow, reason: FailReason, now: number): void {
     if (row.status === 'QUEUED') {
@@ -243,43 +248,95 @@ export class StockStorage {
     this.sql.exec('DELETE FROM outbox WHERE request_id = ?', row.request_id);
   }
 
-  /** Reservations waiting for Postgres and confirmed ones, both still holding a unit. */
-  heldCounts(): { queued: number; confirmed: number } {
+  /** The counts the snapshot reports, kept by triggers: one row, whatever the sale's size. */
+  tally(): Tally {
+    return this.sql.exec<Tally>('SELECT queued, confirmed, holders, unsent FROM tally WHERE id = 1').one();
+  }
+
+  /** Keyed purchases accepted after `since`, newest first (for the list a SOLD_OUT answer carries). */
+  keyedAcceptedSince(since: number, limit: number): { requestId: string; at: number }[] {
     return this.sql
-      .exec<{ queued: number; confirmed: number }>(
-        `SELECT coalesce(sum(status = 'QUEUED' AND released = 0), 0) AS queued,
-                coalesce(sum(status = 'SUCCESS' AND released = 0), 0) AS confirmed FROM reservation`,
+      .exec<{ request_id: string; created_at: number }>(
+        'SELECT request_id, created_at FROM reservation WHERE order_id IS NOT NULL AND keyed IS NOT 0 AND created_at > ? ORDER BY created_at DESC LIMIT ?',
+        since,
+        limit,
       )
-      .one();
+      .toArray()
+      .map((r) => ({ requestId: r.request_id, at: r.created_at }));
   }
 
-  // The outbox.
+  // The outbox: one row per unsettled reservation, from its acceptance until it settles.
 
-  outboxStats(): { n: number; oldest: number | null } {
-    return this.sql.exec<{ n: number; oldest: number | null }>('SELECT count(*) AS n, min(created_at) AS oldest FROM outbox').one();
+  /** When the oldest unsettled reservation was accepted, and the oldest one the queue never took (null when none). */
+  outboxAges(): { oldestUnsettled: number | null; oldestUnsent: number | null } {
+    const unsettled = this.sql.exec<{ created_at: number }>('SELECT created_at FROM outbox ORDER BY seq LIMIT 1').toArray()[0];
+    const unsent = this.sql.exec<{ at: number | null }>('SELECT min(created_at) AS at FROM outbox WHERE sends = 0').one().at;
+    return { oldestUnsettled: unsettled?.created_at ?? null, oldestUnsent: unsent };
   }
 
+  /** Rows due for a (re)send, soonest first. */
   dueOutbox(now: number, limit: number): OutboxRow[] {
-    return this.sql.exec<OutboxRow>('SELECT seq, body, attempts FROM outbox WHERE next_at <= ? ORDER BY seq LIMIT ?', now, limit).toArray();
+    return this.sql
+      .exec<OutboxRow>('SELECT seq, body, attempts, sends FROM outbox WHERE next_at <= ? ORDER BY next_at LIMIT ?', now, limit)
+      .toArray();
   }
 
-  deleteOutbox(seqs: number[]): void {
-    this.sql.exec(`DELETE FROM outbox WHERE seq IN (${seqs.map(() => '?').join(',')})`, ...seqs);
+  /** The queue took these rows: each is due again after `baseMs`, doubling with every send, at most `capMs`. */
+  markSent(seqs: number[], now: number, resend: { baseMs: number; capMs: number }): void {
+    this.sql.exec(
+      `UPDATE outbox SET sends = sends + 1, attempts = 0, sent_at = ?, next_at = ? + min(?, ? * (1 << min(sends, 30))) WHERE ${SEQS_IN}`,
+      now,
+      now,
+      resend.capMs,
+      resend.baseMs,
+      JSON.stringify(seqs),
+    );
   }
 
+  /** The queue refused these rows: try again at `at`. */
   retryOutbox(seqs: number[], at: number): void {
-    for (const seq of seqs) {
-      this.sql.exec('UPDATE outbox SET attempts = attempts + 1, next_at = ? WHERE seq = ?', at, seq);
-    }
+    this.sql.exec(`UPDATE outbox SET attempts = attempts + 1, next_at = ? WHERE ${SEQS_IN}`, at, JSON.stringify(seqs));
   }
 
-  /** Makes every waiting row due now (a re-drive that ignores the backoff). */
-  outboxDueNow(now: number): void {
-    this.sql.exec('UPDATE outbox SET next_at = ? WHERE next_at > ?', now, now);
+  /** Makes every row the queue never took due now (the re-drive of a stuck outbox); how many. */
+  unsentDueNow(now: number): number {
+    return this.sql.exec('UPDATE outbox SET next_at = ? WHERE sends = 0 AND next_at > ? RETURNING seq', now, now).toArray().length;
+  }
+
+  /** Makes due now every row accepted and last sent before `before` (the re-drive of unsettled reservations); how many. */
+  unsettledDueNow(before: number, now: number): number {
+    const sql = 'UPDATE outbox SET next_at = ? WHERE created_at < ? AND sent_at < ? AND next_at > ? RETURNING seq';
+    return this.sql.exec(sql, now, before, before, now).toArray().length;
   }
 
   nextOutboxAt(): number | null {
     return this.sql.exec<{ at: number | null }>('SELECT min(next_at) AS at FROM outbox').one().at;
+  }
+
+  /**
+   * Unsettled reservations without an outbox row: builds before OUTBOX_KEEPS_UNSETTLED deleted the
+   * row once the queue took it. Read once, when such an object is upgraded.
+   */
+  unsettledWithoutOutbox(): UnsettledRow[] {
+    return this.sql
+      .exec<UnsettledRow>(
+        `SELECT r.request_id, r.user_id, r.order_id, r.created_at FROM reservation AS r
+         WHERE r.status = 'QUEUED' AND r.released = 0 AND r.order_id IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM outbox AS o WHERE o.request_id = r.request_id)`,
+      )
+      .toArray();
+  }
+
+  /** Puts back the outbox row of a reservation that was sent before and never settled, due now. */
+  restoreOutbox(message: OrderMessage, sentAt: number, now: number): void {
+    this.sql.exec(
+      'INSERT INTO outbox (request_id, body, next_at, created_at, sends, sent_at) VALUES (?, ?, ?, ?, 1, ?)',
+      message.requestId,
+      JSON.stringify(message),
+      now,
+      message.reservedAt,
+      sentAt,
+    );
   }
 
   // Pruning (the alarm).
@@ -287,7 +344,7 @@ export class StockStorage {
   /** Forgets expired tokens and old remembered rejections; true when spent tokens remain to prune later. */
   prune(now: number, rejectionsBefore: number): boolean {
     this.sql.exec('DELETE FROM used_token WHERE expires_at < ?', now);
-    this.sql.exec("DELETE FROM reservation WHERE order_id IS NULL AND status = 'FAIL' AND created_at < ?", rejectionsBefore);
+    this.sql.exec('DELETE FROM reservation WHERE order_id IS NULL AND created_at < ?', rejectionsBefore);
     return this.sql.exec('SELECT 1 FROM used_token LIMIT 1').toArray().length > 0;
   }
 
@@ -308,11 +365,6 @@ export class StockStorage {
       .exec<{ user_id: string }>('SELECT user_id FROM holder')
       .toArray()
       .map((r) => r.user_id);
-  }
-
-  /** How many users hold a unit (the size the users set should have). */
-  holderCount(): number {
-    return this.sql.exec<{ n: number }>('SELECT count(*) AS n FROM holder').one().n;
   }
 
   /** Answers of the reservations made since `since` (older ones would expire from Redis at once). */

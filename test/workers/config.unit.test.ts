@@ -222,6 +222,55 @@ describe('development configuration', () => {
   });
 });
 
+describe('the retry schedule', () => {
+  it('defaults to the production schedule, also for the empty values .dev.vars.example has', () => {
+    const schedule = {
+      backoffBaseSeconds: 1,
+      backoffCapSeconds: 300,
+      outboxRetryCapSeconds: 60,
+      resendSeconds: 120,
+      resendCapSeconds: 600,
+    };
+    expect(parseConfig(productionEnv(), PRODUCTION_BUILD).retry).toEqual(schedule);
+    expect(getConfig(env).retry).toEqual(schedule);
+  });
+
+  it('takes short settings for a drill, as strings or numbers', () => {
+    const config = parseConfig(
+      productionEnv({
+        RETRY_BACKOFF_BASE_SECONDS: '1',
+        RETRY_BACKOFF_CAP_SECONDS: '2',
+        OUTBOX_RETRY_CAP_SECONDS: '1',
+        OUTBOX_RESEND_SECONDS: '3',
+        OUTBOX_RESEND_CAP_SECONDS: '6',
+      }),
+      PRODUCTION_BUILD,
+    );
+    expect(config.retry).toEqual({
+      backoffBaseSeconds: 1,
+      backoffCapSeconds: 2,
+      outboxRetryCapSeconds: 1,
+      resendSeconds: 3,
+      resendCapSeconds: 6,
+    });
+    expect(parseConfig({ ...productionEnv(), OUTBOX_RESEND_SECONDS: 5 }, PRODUCTION_BUILD).retry.resendSeconds).toBe(5);
+  });
+
+  it('refuses what is not a whole number of seconds in range, and a cap below its start, naming the variable', () => {
+    for (const bad of ['0', '-1', '1.5', 'soon', '43201']) {
+      expect(issuesOf(productionEnv({ OUTBOX_RESEND_SECONDS: bad, OUTBOX_RESEND_CAP_SECONDS: '43200' }))).toEqual([
+        expect.stringMatching(/^OUTBOX_RESEND_SECONDS: must be a whole number of seconds \(1-43200\)/),
+      ]);
+    }
+    expect(namesIn(issuesOf(productionEnv({ OUTBOX_RESEND_SECONDS: '300', OUTBOX_RESEND_CAP_SECONDS: '60' })))).toEqual([
+      'OUTBOX_RESEND_CAP_SECONDS',
+    ]);
+    expect(namesIn(issuesOf(productionEnv({ RETRY_BACKOFF_BASE_SECONDS: '10', RETRY_BACKOFF_CAP_SECONDS: '5' })))).toEqual([
+      'RETRY_BACKOFF_CAP_SECONDS',
+    ]);
+  });
+});
+
 describe('getConfig', () => {
   it('parses once per env object and fails every time for a bad one', () => {
     expect(getConfig(env)).toBe(getConfig(env));

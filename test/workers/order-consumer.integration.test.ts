@@ -100,7 +100,7 @@ describe('order consumer', () => {
     expect((await stockObject(goodsId).result(m.requestId))?.status).toBe('SUCCESS');
   });
 
-  it('falls back to row by row when Postgres has less stock than the batch, and gives the rest back', async () => {
+  it('falls back to row by row when Postgres has less stock than the batch, and holds the refused units aside', async () => {
     const { goodsId } = await createGoods({ stock: 5 });
     const messages = await reserveHeld(goodsId, ['f1', 'f2', 'f3']);
     // Postgres disagrees with the object: only one unit left there.
@@ -112,8 +112,8 @@ describe('order consumer', () => {
     const views = await Promise.all(messages.map((m) => stub.result(m.requestId)));
     expect(views.map((v) => v?.status).sort()).toEqual(['FAIL', 'FAIL', 'SUCCESS']);
     expect(views.filter((v) => v?.status === 'FAIL').every((v) => v?.reason === 'SOLD_OUT')).toBe(true);
-    // Two units went back to the object (5 - 3 + 2).
-    expect((await stub.snapshot())?.remaining).toBe(4);
+    // The two units Postgres refused are not sold again: the object keeps 5 - 3 for sale, 2 aside.
+    expect(await stub.snapshot()).toMatchObject({ remaining: 2, refused: 2, queued: 0 });
   });
 
   it('refuses a second live order for the same shopper and releases that reservation', async () => {
@@ -188,6 +188,20 @@ describe('order consumer', () => {
     const back = await deliver(messages, 2);
     expect(back.explicitAcks).toHaveLength(2);
     expect(await ordersOf(goodsId)).toHaveLength(2);
+  });
+
+  it('waits RETRY_BACKOFF_BASE_SECONDS doubling up to RETRY_BACKOFF_CAP_SECONDS between retries', async () => {
+    const { goodsId } = await createGoods({ stock: 2 });
+    const [m] = await reserveHeld(goodsId, ['sched']);
+    const down = { ...env, PG_WS_PROXY: '127.0.0.1:1' };
+    // The production schedule: the 8th retry waits 128 s.
+    expect((await deliver([m], 8, down)).retryDelays).toEqual([128]);
+    // A drill's: from 2 s, never more than 5 s.
+    const short = { ...down, RETRY_BACKOFF_BASE_SECONDS: '2', RETRY_BACKOFF_CAP_SECONDS: '5' };
+    expect((await deliver([m], 1, short)).retryDelays).toEqual([2]);
+    expect((await deliver([m], 2, short)).retryDelays).toEqual([4]);
+    expect((await deliver([m], 8, short)).retryDelays).toEqual([5]);
+    expect((await deliver([m], 1)).explicitAcks).toHaveLength(1);
   });
 
   it('sends malformed messages towards the dead-letter queue instead of dropping them', async () => {

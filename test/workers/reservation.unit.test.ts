@@ -63,6 +63,8 @@ describe('helpers', () => {
   it('backs off exponentially with a cap', () => {
     expect([1, 2, 3, 4, 10, 20].map((a) => backoffSeconds(a))).toEqual([1, 2, 4, 8, 300, 300]);
     expect(backoffSeconds(7, 60)).toBe(60);
+    expect([1, 2, 3, 4, 5].map((a) => backoffSeconds(a, 600, 120))).toEqual([120, 240, 480, 600, 600]);
+    expect(backoffSeconds(10_000, 600, 120)).toBe(600);
   });
 
   it('numbers orders by date, goods and sequence', () => {

@@ -1,9 +1,10 @@
 import type { Db } from '../../db/client';
-import { countOpenDeadLetters } from '../../db/dead-letters';
+import { closeSettledDeadLetters, countOpenDeadLetters } from '../../db/dead-letters';
 import { countLiveOrders, findGoods, type GoodsRow, listGoodsInScope, toGoodsInit } from '../../db/goods';
 import { countOverdueOrders } from '../../db/lifecycle';
 import { insertReconciliationReport } from '../../db/reconciliation';
 import { goodsStock } from '../../durable-objects/routing';
+import { getConfig } from '../kernel/config';
 import type { StockSnapshot } from '../kernel/contract';
 import { log } from '../kernel/log';
 import { count } from '../metrics/registry';
@@ -11,10 +12,13 @@ import { closeOverdueOrders } from './overdue';
 
 // Scheduled reconciliation (定时对账): the goods' object, Postgres and the Redis mirror are
 // compared for every goods on sale or recently ended. What can be repaired safely is: the
-// mirror (rewritten from the object), a stuck outbox (sent again), overdue unpaid orders
-// (closed, units returned). Stock itself is never "fixed" here: when the object and
-// Postgres disagree once the queue is drained, the run reports it and an operator decides,
-// because the object is the authority and an automatic correction could sell a unit twice.
+// mirror (rewritten from the object), a stuck outbox (sent again), reservations left QUEUED
+// (sent again: the run only happens when Postgres answers, so now they can land), overdue
+// unpaid orders (closed, units returned), units Postgres refused (put back on sale once
+// Postgres has room for them), dead letters whose reservation has settled since (closed).
+// Stock itself is never "fixed" here: when the object and Postgres disagree once the queue is
+// drained, the run reports it and an operator decides, because the object is the authority
+// and an automatic correction could sell a unit twice.
 
 /** Outbox rows older than this mean the queue send keeps failing (a healthy flush takes ms). */
 export const STUCK_OUTBOX_MS = 30_000;
@@ -56,6 +60,39 @@ async function dbState(db: Db, goodsId: number): Promise<DbState | undefined> {
   return row ? { stock: row.stock, live: await countLiveOrders(db, goodsId) } : undefined;
 }
 
+/** A reservation QUEUED longer than this is overdue: the object's first resend is due then. */
+export function unsettledAfterMs(env: Env): number {
+  return getConfig(env).retry.resendSeconds * 1000;
+}
+
+/**
+ * Units Postgres refused are reported every run. At rest, when Postgres has more stock than the
+ * object sells (dbStock - doRemaining = k > 0), up to k of them go back on sale: Postgres can
+ * take that many more orders. Returns the snapshot as it is afterwards.
+ */
+async function decideRefused(
+  stub: ReturnType<typeof goodsStock>,
+  snapshot: StockSnapshot,
+  dbStock: number,
+  found: Discrepancy[],
+  actions: Action[],
+): Promise<StockSnapshot> {
+  if (snapshot.refused === 0) {
+    return snapshot;
+  }
+  found.push({ kind: 'units_refused', units: snapshot.refused, dbStock, doRemaining: snapshot.remaining });
+  const room = dbStock - snapshot.remaining;
+  if (room <= 0) {
+    return snapshot;
+  }
+  const r = await stub.returnRefused(Math.min(room, snapshot.refused), snapshot.remaining);
+  if (r.returned === 0) {
+    return snapshot;
+  }
+  actions.push({ action: 'refused_returned', units: r.returned, stillRefused: r.refused });
+  return { ...snapshot, remaining: r.remaining, refused: r.refused };
+}
+
 /** One goods: find, repair what is safe, report the rest. */
 async function reconcileGoods(env: Env, db: Db, row: GoodsRow, now: number): Promise<GoodsReconciliation> {
   const stub = goodsStock(env, row);
@@ -75,6 +112,16 @@ async function reconcileGoods(env: Env, db: Db, row: GoodsRow, now: number): Pro
     found.push({ kind: 'outbox_stuck', rows: snapshot.outboxPending, oldestAgeMs: now - snapshot.oldestOutboxAt });
     const r = await stub.redriveOutbox();
     actions.push({ action: 'outbox_redriven', rows: r.before, stillPending: r.pending });
+  }
+
+  // Accepted, sent, and still not an order: the queue's retries (and maybe the dead letter) ran
+  // out while Postgres was down. The object re-sends on its own backoff; this run answers
+  // because Postgres does, so it sends them now (those not sent within the threshold).
+  const unsettledAfter = unsettledAfterMs(env);
+  if (snapshot && snapshot.queued > 0 && snapshot.oldestQueuedAt !== null && now - snapshot.oldestQueuedAt > unsettledAfter) {
+    found.push({ kind: 'reservations_unsettled', count: snapshot.queued, oldestAgeMs: now - snapshot.oldestQueuedAt });
+    const r = await stub.redriveUnsettled(now - unsettledAfter);
+    actions.push({ action: 'reservations_redriven', rows: r.rows, stillQueued: r.queued });
   }
 
   const overdue = await countOverdueOrders(db, row.id, now);
@@ -111,14 +158,22 @@ async function reconcileGoods(env: Env, db: Db, row: GoodsRow, now: number): Pro
   // unchanged, with nothing queued in between. Otherwise orders in flight make any
   // difference meaningless.
   const before = await dbState(db, row.id);
-  const after = snapshot ? await stub.snapshot() : undefined;
+  let after = snapshot ? await stub.snapshot() : undefined;
   const db2 = await dbState(db, row.id);
   const state = db2 ?? before ?? { stock: row.stock, live: 0 };
   const atRest =
     after !== undefined && after.queued === 0 && after.outboxPending === 0 && before?.stock === db2?.stock && before?.live === db2?.live;
   if (after && atRest) {
-    if (after.remaining + state.live !== row.totalStock) {
-      found.push({ kind: 'stock_invariant', doRemaining: after.remaining, liveOrders: state.live, totalStock: row.totalStock });
+    after = await decideRefused(stub, after, state.stock, found, actions);
+    // Refused units are neither for sale nor sold: Postgres never had them.
+    if (after.remaining + after.refused + state.live !== row.totalStock) {
+      found.push({
+        kind: 'stock_invariant',
+        doRemaining: after.remaining,
+        refusedUnits: after.refused,
+        liveOrders: state.live,
+        totalStock: row.totalStock,
+      });
     }
     if (state.stock !== after.remaining) {
       found.push({ kind: 'db_stock', dbStock: state.stock, doRemaining: after.remaining });
@@ -127,7 +182,16 @@ async function reconcileGoods(env: Env, db: Db, row: GoodsRow, now: number): Pro
     skipped.push('stock: orders are still in flight');
   }
 
-  const deadLetters = await countOpenDeadLetters(db, row.id);
+  let deadLetters = await countOpenDeadLetters(db, row.id);
+  if (deadLetters > 0) {
+    // An order message that died while Postgres was down, whose reservation the object's resend
+    // has settled since: nothing is left for an operator to do.
+    const closed = await closeSettledDeadLetters(db, row.id, now);
+    if (closed > 0) {
+      actions.push({ action: 'dead_letters_closed', messages: closed });
+      deadLetters -= closed;
+    }
+  }
   if (deadLetters > 0) {
     found.push({ kind: 'dead_letters', messages: deadLetters });
   }

@@ -3,6 +3,7 @@
 // with a ConfigError that names the variable; nothing reads env deeper in the code.
 import { z } from 'zod';
 import { DEV_FEATURES } from './build-flags';
+import { type RetrySchedule, RetryScheduleEnv, retrySchedule } from './retry-schedule';
 
 export const ENVIRONMENTS = ['development', 'staging', 'production'] as const;
 export type Environment = (typeof ENVIRONMENTS)[number];
@@ -53,6 +54,7 @@ const EnvSchema = z.object({
   UPSTASH_REDIS_REST_TOKEN: text,
   DEV_MODE: flag,
   ENABLE_SANDBOX_PAYMENTS: flag,
+  ...RetryScheduleEnv,
 });
 type ParsedEnv = z.infer<typeof EnvSchema>;
 
@@ -79,6 +81,8 @@ export type Config = {
   devMode: boolean;
   /** The sandbox payment provider may take payments: locally (DEV_MODE), or in staging when explicitly enabled. */
   sandboxPayments: boolean;
+  /** How long the queue consumers and the goods' outbox wait before trying again. */
+  retry: RetrySchedule;
 };
 
 /** A configuration problem, naming the variable, raised before any handler runs. */
@@ -237,13 +241,14 @@ export function parseConfig(env: object, build: { devFeatures: boolean } = { dev
   if (deployed) {
     checkDeployment(e, build.devFeatures, issue);
   }
+  const retry = retrySchedule(e, issue);
   if (issues.length > 0) {
     throw new ConfigError(issues);
   }
-  return toConfig(e);
+  return toConfig(e, retry);
 }
 
-function toConfig(e: ParsedEnv): Config {
+function toConfig(e: ParsedEnv, retry: RetrySchedule): Config {
   const required = (name: string, value: string | undefined): string => {
     if (value === undefined) {
       throw new ConfigError([`${name}: is required`]);
@@ -271,6 +276,7 @@ function toConfig(e: ParsedEnv): Config {
         : undefined,
     devMode: e.DEV_MODE,
     sandboxPayments: e.DEV_MODE || e.ENABLE_SANDBOX_PAYMENTS,
+    retry,
   };
 }
 

@@ -56,9 +56,26 @@ export const FAIL_REASONS = [
 ] as const;
 export type FailReason = (typeof FAIL_REASONS)[number];
 
+/**
+ * How long a goods' object keeps naming a keyed purchase it accepted in its SOLD_OUT answers: a
+ * purchase token lives 60 s and the edge accepts a keyed retry up to 3 minutes after its
+ * token expired; one minute more covers clocks that differ.
+ */
+export const ACCEPTED_KEYED_WINDOW_MS = 5 * 60_000;
+/** At most this many request ids in one SOLD_OUT answer; beyond, `acceptedKeyedTruncated`. */
+export const ACCEPTED_KEYED_MAX = 2_000;
+
+/**
+ * What a SOLD_OUT answer of the goods' object also says: the request ids of the keyed purchases
+ * (sent with an Idempotency-Key) it accepted within ACCEPTED_KEYED_WINDOW_MS, newest last. Only
+ * those may skip the edge's sold-out fast path (a retry is owed its 202 again); when
+ * `acceptedKeyedTruncated`, there were more than ACCEPTED_KEYED_MAX and the list is not complete.
+ */
+export type SoldOutNote = { acceptedKeyed: string[]; acceptedKeyedTruncated: boolean };
+
 export type ReserveOutcome =
   | { ok: true; requestId: string; orderId: string; replay: boolean }
-  | { ok: false; requestId: string; reason: FailReason; replay: boolean };
+  | ({ ok: false; requestId: string; reason: FailReason; replay: boolean } & Partial<SoldOutNote>);
 
 /** Order message: one reservation on its way to Postgres (producer-made ids). */
 export const OrderMessage = z.object({
@@ -112,8 +129,14 @@ export type StockSnapshot = {
   startAt: number;
   endAt: number;
   paused: boolean;
+  /** Reservations accepted and not settled by the order consumer yet (each keeps its outbox row). */
   queued: number;
   confirmed: number;
+  /** Units Postgres refused (it held less stock than the object): held aside, neither for sale nor sold. */
+  refused: number;
+  /** When the oldest unsettled reservation was accepted (null when none). */
+  oldestQueuedAt: number | null;
+  /** Order messages the queue has not taken yet, and when the oldest of them was accepted. */
   outboxPending: number;
   oldestOutboxAt: number | null;
   /** Since when the Redis mirror lags this object (a failed write not yet repaired), or null. */

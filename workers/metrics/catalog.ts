@@ -24,6 +24,14 @@ export const COUNTERS = {
     help: 'Redis mirror reads and writes by operation and outcome (ok, miss, error, skipped while Redis is considered down).',
     labels: ['operation', 'outcome'],
   },
+  seckill_units_refused_total: {
+    help: "Units Postgres refused for want of stock although the goods' object had them (Postgres holds less than the object): held aside until reconciliation finds room. Any is an alarm.",
+    labels: ['goods_id'],
+  },
+  seckill_outbox_resends_total: {
+    help: "Order messages a goods' object sent again because their reservation had not settled after OUTBOX_RESEND_SECONDS (and doubling): Postgres or the consumer is behind.",
+    labels: ['goods_id'],
+  },
   seckill_reconcile_runs_total: {
     help: 'Reconciliation runs by trigger (cron, admin).',
     labels: ['trigger'],

@@ -7,9 +7,13 @@ import {
   storeDeadLetters,
   unclaimDeadLetter,
 } from '../../db/dead-letters';
+import { backoffSeconds } from '../kernel/backoff';
 import { getConfig } from '../kernel/config';
 import { OrderMessage, TimeoutMessage } from '../kernel/contract';
 import { log } from '../kernel/log';
+
+/** The dead-letter consumer's first wait when Postgres is down; it doubles up to the consumers' cap. */
+const DEAD_LETTER_RETRY_SECONDS = 30;
 
 export type SourceQueue = 'orders' | 'timeouts' | 'unknown';
 
@@ -60,7 +64,11 @@ export async function consumeDeadLetters(batch: MessageBatch<unknown>, env: Env)
     batch.ackAll();
   } catch (error) {
     log.error('dead_letter.store_failed', { messages: batch.messages.length, error });
-    batch.retryAll({ delaySeconds: 30 });
+    // Postgres is unreachable: wait and try again (max_retries is high on this queue), never
+    // drop. An order message lost here anyway is sent again by its goods' object until settled.
+    const { backoffCapSeconds } = config.retry;
+    const attempts = Math.max(1, ...batch.messages.map((m) => m.attempts));
+    batch.retryAll({ delaySeconds: backoffSeconds(attempts, backoffCapSeconds, Math.min(DEAD_LETTER_RETRY_SECONDS, backoffCapSeconds)) });
   }
 }
 

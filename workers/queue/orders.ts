@@ -100,8 +100,9 @@ async function consumeGroups(env: Env, config: Config, groups: Map<number, Parse
         count('seckill_queue_messages_total', { queue: 'orders', outcome: 'acked' }, items.length);
       } catch (error) {
         log.warn('orders.group_failed', { goodsId, messages: items.length, error });
+        const { backoffCapSeconds, backoffBaseSeconds } = config.retry;
         for (const i of items) {
-          i.message.retry({ delaySeconds: backoffSeconds(i.message.attempts) });
+          i.message.retry({ delaySeconds: backoffSeconds(i.message.attempts, backoffCapSeconds, backoffBaseSeconds) });
         }
         count('seckill_queue_messages_total', { queue: 'orders', outcome: 'retried' }, items.length);
       }

@@ -17,6 +17,7 @@ import { log } from '../kernel/log';
  */
 export async function consumeTimeouts(batch: MessageBatch<unknown>, env: Env, now?: number): Promise<void> {
   const config = getConfig(env);
+  const { backoffCapSeconds, backoffBaseSeconds } = config.retry;
   await withDb(dbOptions(config, 2), async (db) => {
     for (const message of batch.messages) {
       const parsed = TimeoutMessage.safeParse(message.body);
@@ -40,13 +41,13 @@ export async function consumeTimeouts(batch: MessageBatch<unknown>, env: Env, no
         if (result.kind === 'missing') {
           // The order message may still be on its way (a redriven timeout, say): look again later.
           log.warn('timeouts.order_missing', { orderId: parsed.data.orderId, attempts: message.attempts });
-          message.retry({ delaySeconds: backoffSeconds(message.attempts, 600) });
+          message.retry({ delaySeconds: backoffSeconds(message.attempts, 2 * backoffCapSeconds, backoffBaseSeconds) });
           continue;
         }
         message.ack();
       } catch (error) {
         log.warn('timeouts.failed', { orderId: parsed.data.orderId, error });
-        message.retry({ delaySeconds: backoffSeconds(message.attempts) });
+        message.retry({ delaySeconds: backoffSeconds(message.attempts, backoffCapSeconds, backoffBaseSeconds) });
       }
     }
   });

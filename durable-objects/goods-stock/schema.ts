@@ -1,0 +1,99 @@
+import { addColumn, type SchemaStep } from '../../workers/kernel/schema-gate';
+
+// The goods' object's SQLite schema: one list of versioned steps behind one version number
+// (storage.ts runs them, in the load's transaction). Every step is idempotent: a table, column,
+// index or trigger already there is found, not made twice.
+
+/**
+ * Version 3: the counters and indexes that keep every read of a hot object independent of the
+ * sale's size, and the columns that keep a reservation's outbox row until it settles.
+ *
+ * - `tally` holds the counts the snapshot reports (queued, confirmed, holders, unsent outbox
+ *   rows). Triggers keep it in step with the rows in the same statement, so no code path can
+ *   forget it and it always equals a full recount; the step counts once to start it.
+ * - `sale.refused`: units Postgres refused (it had less stock than this object), held aside.
+ * - `reservation.keyed`: 1 for a purchase sent with an Idempotency-Key (NULL for rows made
+ *   before the column: unknown, counted as keyed), for the list of keyed purchases a SOLD_OUT
+ *   answer carries.
+ * - `outbox.sends` / `sent_at`: how often the queue took the message and when last; the row
+ *   stays until the consumer settles the reservation, and `next_at` is its next (re)send.
+ */
+function v3CountersAndResends(sql: SqlStorage): void {
+  addColumn(sql, 'sale', 'refused', 'INTEGER NOT NULL DEFAULT 0');
+  addColumn(sql, 'reservation', 'keyed', 'INTEGER');
+  addColumn(sql, 'outbox', 'sends', 'INTEGER NOT NULL DEFAULT 0');
+  addColumn(sql, 'outbox', 'sent_at', 'INTEGER');
+  sql.exec(V3_INDEXES_AND_TALLY);
+}
+
+const V3_INDEXES_AND_TALLY = `
+  CREATE INDEX IF NOT EXISTS outbox_due ON outbox (next_at);
+  CREATE INDEX IF NOT EXISTS outbox_request ON outbox (request_id);
+  CREATE INDEX IF NOT EXISTS outbox_unsent ON outbox (created_at) WHERE sends = 0;
+  CREATE INDEX IF NOT EXISTS reservation_keyed_accepts ON reservation (created_at) WHERE order_id IS NOT NULL AND keyed IS NOT 0;
+  CREATE INDEX IF NOT EXISTS reservation_rejections ON reservation (created_at) WHERE order_id IS NULL;
+  CREATE INDEX IF NOT EXISTS used_token_expiry ON used_token (expires_at);
+  CREATE TABLE IF NOT EXISTS tally (
+    id INTEGER PRIMARY KEY CHECK (id = 1), queued INTEGER NOT NULL, confirmed INTEGER NOT NULL,
+    holders INTEGER NOT NULL, unsent INTEGER NOT NULL);
+  INSERT OR REPLACE INTO tally (id, queued, confirmed, holders, unsent) VALUES (1,
+    (SELECT count(*) FROM reservation WHERE status = 'QUEUED' AND released = 0),
+    (SELECT count(*) FROM reservation WHERE status = 'SUCCESS' AND released = 0),
+    (SELECT count(*) FROM holder),
+    (SELECT count(*) FROM outbox WHERE sends = 0));
+  CREATE TRIGGER IF NOT EXISTS tally_reservation_insert AFTER INSERT ON reservation WHEN NEW.released = 0 BEGIN
+    UPDATE tally SET queued = queued + (NEW.status = 'QUEUED'), confirmed = confirmed + (NEW.status = 'SUCCESS') WHERE id = 1;
+  END;
+  CREATE TRIGGER IF NOT EXISTS tally_reservation_update AFTER UPDATE OF status, released ON reservation BEGIN
+    UPDATE tally SET
+      queued = queued - (OLD.status = 'QUEUED' AND OLD.released = 0) + (NEW.status = 'QUEUED' AND NEW.released = 0),
+      confirmed = confirmed - (OLD.status = 'SUCCESS' AND OLD.released = 0) + (NEW.status = 'SUCCESS' AND NEW.released = 0)
+    WHERE id = 1;
+  END;
+  CREATE TRIGGER IF NOT EXISTS tally_reservation_delete AFTER DELETE ON reservation WHEN OLD.released = 0 BEGIN
+    UPDATE tally SET queued = queued - (OLD.status = 'QUEUED'), confirmed = confirmed - (OLD.status = 'SUCCESS') WHERE id = 1;
+  END;
+  CREATE TRIGGER IF NOT EXISTS tally_holder_insert AFTER INSERT ON holder BEGIN
+    UPDATE tally SET holders = holders + 1 WHERE id = 1;
+  END;
+  CREATE TRIGGER IF NOT EXISTS tally_holder_delete AFTER DELETE ON holder BEGIN
+    UPDATE tally SET holders = holders - 1 WHERE id = 1;
+  END;
+  CREATE TRIGGER IF NOT EXISTS tally_outbox_insert AFTER INSERT ON outbox WHEN NEW.sends = 0 BEGIN
+    UPDATE tally SET unsent = unsent + 1 WHERE id = 1;
+  END;
+  CREATE TRIGGER IF NOT EXISTS tally_outbox_update AFTER UPDATE OF sends ON outbox WHEN (OLD.sends = 0) <> (NEW.sends = 0) BEGIN
+    UPDATE tally SET unsent = unsent - (OLD.sends = 0) + (NEW.sends = 0) WHERE id = 1;
+  END;
+  CREATE TRIGGER IF NOT EXISTS tally_outbox_delete AFTER DELETE ON outbox WHEN OLD.sends = 0 BEGIN
+    UPDATE tally SET unsent = unsent - 1 WHERE id = 1;
+  END;`;
+
+/**
+ * The steps. Version 1 made the sale, its reservations, holders, spent tokens and the outbox.
+ * Version 2 brings mirror_state behind the gate: builds before it created that table on their
+ * own at load, so the step is written to find it already there. Version 3: see above.
+ */
+export const MIGRATIONS: readonly SchemaStep[] = [
+  `CREATE TABLE IF NOT EXISTS sale (
+     id INTEGER PRIMARY KEY CHECK (id = 1),
+     goods_id INTEGER NOT NULL, activity_id INTEGER NOT NULL, price_cents INTEGER NOT NULL,
+     total_stock INTEGER NOT NULL, remaining INTEGER NOT NULL CHECK (remaining >= 0),
+     start_at INTEGER NOT NULL, end_at INTEGER NOT NULL, paused INTEGER NOT NULL,
+     pay_timeout_seconds INTEGER NOT NULL, next_seq INTEGER NOT NULL);
+   CREATE TABLE IF NOT EXISTS reservation (
+     request_id TEXT PRIMARY KEY, user_id TEXT NOT NULL, order_id TEXT, status TEXT NOT NULL,
+     reason TEXT, released INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL,
+     settled_at INTEGER);
+   CREATE INDEX IF NOT EXISTS reservation_order ON reservation (order_id);
+   CREATE TABLE IF NOT EXISTS holder (user_id TEXT PRIMARY KEY, request_id TEXT NOT NULL);
+   CREATE TABLE IF NOT EXISTS used_token (token_id TEXT PRIMARY KEY, expires_at INTEGER NOT NULL);
+   CREATE TABLE IF NOT EXISTS outbox (
+     seq INTEGER PRIMARY KEY AUTOINCREMENT, request_id TEXT NOT NULL, body TEXT NOT NULL,
+     attempts INTEGER NOT NULL DEFAULT 0, next_at INTEGER NOT NULL, created_at INTEGER NOT NULL);`,
+  'CREATE TABLE IF NOT EXISTS mirror_state (id INTEGER PRIMARY KEY CHECK (id = 1), title TEXT NOT NULL, stale_since INTEGER)',
+  v3CountersAndResends,
+];
+
+/** The first version whose outbox keeps a row until its reservation settles (older builds deleted it once sent). */
+export const OUTBOX_KEEPS_UNSETTLED = 3;

@@ -1,0 +1,165 @@
+import { runDurableObjectAlarm, runInDurableObject } from 'cloudflare:test';
+import { env } from 'cloudflare:workers';
+import { describe, expect, it } from 'vitest';
+import type { GoodsStock } from '../../durable-objects/goods-stock/index';
+import type { ReserveItem } from '../../workers/kernel/contract';
+import { createGoods, eventually, settled, stockObject } from './helpers';
+
+// Nothing on a hot goods' object may cost more as the sale grows: a snapshot (which goods pages
+// read when the mirror is off) and an alarm with nothing due read a few rows, however many
+// reservations the object holds. The counts come from counters kept with the rows.
+
+let seq = 0;
+function item(goodsId: number, userId: string, overrides: Partial<ReserveItem> = {}): ReserveItem {
+  seq++;
+  return {
+    requestId: `${goodsId}.${String(seq).padStart(22, 'k')}`,
+    userId,
+    tokenId: `counter-token-${seq}`,
+    tokenExpiresAt: Date.now() + 60_000,
+    keyed: false,
+    ...overrides,
+  };
+}
+
+/** A queue that takes every message and delivers none: the reservations stay unsettled. */
+const blackHole = { sendBatch: async () => {} } as unknown as Queue;
+const refusing = { sendBatch: () => Promise.reject(new Error('held for the test')) } as unknown as Queue;
+
+function rebindQueue(goodsId: number, queue: Queue) {
+  return runInDurableObject(stockObject(goodsId), (instance: GoodsStock) => {
+    (instance as unknown as { env: Env }).env = { ...env, ORDER_QUEUE: queue };
+  });
+}
+
+/** Rows read by the object's storage while `work` runs in it (every statement's cursor, summed). */
+function rowsReadBy<T>(goodsId: number, work: (instance: GoodsStock) => Promise<T> | T): Promise<{ rowsRead: number; value: T }> {
+  return runInDurableObject(stockObject(goodsId), async (instance: GoodsStock) => {
+    const sql = (instance as unknown as { store: { sql: SqlStorage } }).store.sql;
+    const exec = sql.exec;
+    const cursors: SqlStorageCursor<Record<string, SqlStorageValue>>[] = [];
+    sql.exec = ((query: string, ...bindings: unknown[]) => {
+      const cursor = exec.call(sql, query, ...bindings);
+      cursors.push(cursor);
+      return cursor;
+    }) as typeof sql.exec;
+    try {
+      const value = await work(instance);
+      return { rowsRead: cursors.reduce((n, c) => n + c.rowsRead, 0), value };
+    } finally {
+      sql.exec = exec;
+    }
+  });
+}
+
+async function reserveMany(goodsId: number, users: string[]) {
+  const stub = stockObject(goodsId);
+  for (let i = 0; i < users.length; i += 100) {
+    const outcomes = await stub.reserveMany(
+      goodsId,
+      users.slice(i, i + 100).map((u) => item(goodsId, u)),
+    );
+    expect(outcomes.every((o) => o.ok)).toBe(true);
+  }
+}
+
+/** The counts the snapshot reports, recounted from every row. */
+function recount(goodsId: number) {
+  return runInDurableObject(stockObject(goodsId), (_i, state) => {
+    const sql = state.storage.sql;
+    const one = (q: string) => sql.exec<{ n: number }>(q).one().n;
+    return {
+      queued: one("SELECT count(*) AS n FROM reservation WHERE status = 'QUEUED' AND released = 0"),
+      confirmed: one("SELECT count(*) AS n FROM reservation WHERE status = 'SUCCESS' AND released = 0"),
+      holders: one('SELECT count(*) AS n FROM holder'),
+      outboxPending: one('SELECT count(*) AS n FROM outbox WHERE sends = 0'),
+      outboxRows: one('SELECT count(*) AS n FROM outbox'),
+      oldestQueuedAt: sql
+        .exec<{ at: number | null }>("SELECT min(created_at) AS at FROM reservation WHERE status = 'QUEUED' AND released = 0")
+        .one().at,
+    };
+  });
+}
+
+describe('the goods object counts without scanning', () => {
+  it('reads the same few rows for a snapshot with 10 reservations as with 600', async () => {
+    const { goodsId } = await createGoods({ stock: 1000 });
+    await rebindQueue(goodsId, blackHole);
+    await reserveMany(
+      goodsId,
+      Array.from({ length: 10 }, (_, i) => `small-${i}`),
+    );
+    const small = await rowsReadBy(goodsId, (instance) => instance.snapshot());
+    await reserveMany(
+      goodsId,
+      Array.from({ length: 590 }, (_, i) => `large-${i}`),
+    );
+    const large = await rowsReadBy(goodsId, (instance) => instance.snapshot());
+    expect(large.value).toMatchObject({ queued: 600, remaining: 400 });
+    expect(small.rowsRead).toBeLessThanOrEqual(4);
+    expect(large.rowsRead).toBe(small.rowsRead);
+
+    // The alarm with nothing due (every row was sent and waits minutes for its resend) reads
+    // what is due, not the 600 rows waiting.
+    await eventually(async () => ((await stockObject(goodsId).snapshot())?.outboxPending === 0 ? true : undefined));
+    const alarm = await rowsReadBy(goodsId, (instance) => instance.alarm());
+    expect(alarm.rowsRead).toBeLessThanOrEqual(10);
+  });
+
+  it('keeps counts that agree with a full recount after accepts, settles, releases, refusals and rejections', async () => {
+    const { goodsId, totalStock } = await createGoods({ stock: 12 });
+    const stub = stockObject(goodsId);
+    // Six become orders through the real queue and consumer.
+    await reserveMany(
+      goodsId,
+      Array.from({ length: 6 }, (_, i) => `mix-${i}`),
+    );
+    await settled(goodsId);
+    // One is cancelled: its unit comes back.
+    const [firstHolder] = await runInDurableObject(stub, (_i, state) =>
+      state.storage.sql.exec<{ request_id: string }>("SELECT request_id FROM reservation WHERE status = 'SUCCESS' LIMIT 1").toArray(),
+    );
+    expect(await stub.release(firstHolder?.request_id ?? '', 'CANCELLED')).toMatchObject({ released: true });
+    // Three more wait, one of them never sent; then Postgres refuses one and another is released.
+    await rebindQueue(goodsId, blackHole);
+    const waiting = [item(goodsId, 'wait-a'), item(goodsId, 'wait-b'), item(goodsId, 'wait-c', { keyed: true })];
+    expect((await stub.reserveMany(goodsId, waiting)).every((o) => o.ok)).toBe(true);
+    await rebindQueue(goodsId, refusing);
+    expect((await stub.reserveMany(goodsId, [item(goodsId, 'unsent')]))[0]).toMatchObject({ ok: true });
+    expect(await stub.settle([{ requestId: waiting[0]?.requestId ?? '', ok: false, reason: 'SOLD_OUT' }])).toMatchObject({ refused: 1 });
+    expect(await stub.release(waiting[1]?.requestId ?? '', 'CLOSED_TIMEOUT')).toMatchObject({ released: true });
+    // Rejections: a second purchase (remembered, keyed), a spent token, an invalid token (keyed).
+    const again = await stub.reserveMany(goodsId, [
+      item(goodsId, 'mix-1', { keyed: true }),
+      item(goodsId, 'wait-c', { tokenId: `counter-token-${seq}` }),
+      item(goodsId, 'forged', { keyed: true, tokenExpiresAt: Date.now() - 1 }),
+    ]);
+    expect(again.map((o) => (o.ok ? 'ok' : o.reason))).toEqual(['ALREADY_PURCHASED', 'TOKEN_INVALID', 'TOKEN_INVALID']);
+
+    const snapshot = await stub.snapshot();
+    const counted = await recount(goodsId);
+    expect(snapshot).toMatchObject({
+      queued: counted.queued,
+      confirmed: counted.confirmed,
+      outboxPending: counted.outboxPending,
+      oldestQueuedAt: counted.oldestQueuedAt,
+      refused: 1,
+    });
+    expect(counted).toMatchObject({ queued: 2, confirmed: 5, holders: 7, outboxPending: 1, outboxRows: 2 });
+    // Every unit is for sale, held aside, or held by a reservation.
+    expect((snapshot?.remaining ?? 0) + (snapshot?.refused ?? 0) + counted.queued + counted.confirmed).toBe(totalStock);
+    const holders = await runInDurableObject(
+      stub,
+      (instance: GoodsStock) => (instance as unknown as { store: { tally(): { holders: number } } }).store.tally().holders,
+    );
+    expect(holders).toBe(counted.holders);
+    // The alarm still has the unsent row to retry: it is due, the counters hold afterwards.
+    await runInDurableObject(stub, (_i, state) => {
+      state.storage.sql.exec('UPDATE outbox SET next_at = 0 WHERE sends = 0');
+    });
+    await rebindQueue(goodsId, blackHole);
+    await runDurableObjectAlarm(stub);
+    expect(await stub.snapshot()).toMatchObject({ outboxPending: 0, queued: 2 });
+    expect(await recount(goodsId)).toMatchObject({ outboxPending: 0, queued: 2 });
+  });
+});
