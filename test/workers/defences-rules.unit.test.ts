@@ -104,6 +104,20 @@ describe('GuardBook', () => {
     expect(later.verdict.ok).toBe(true);
   });
 
+  it('puts answers an isolate gave on its own on the same ban counter as the requests it admits', () => {
+    const book = new GuardBook();
+    const bans = new Map<string, number>();
+    expect(book.admit(keys(100), policy, bans, T0).verdict.ok).toBe(true);
+    // Three answered by an isolate (a sold-out sale) and reported in one batch: 4 of 5.
+    expect(book.countAnswered('ip:198.51.100.1', 3, policy, T0 + 500)).toBeUndefined();
+    expect(book.admit(keys(100), policy, bans, T0 + 600).verdict.ok).toBe(true);
+    // The next report crosses the threshold: banned from then on.
+    expect(book.countAnswered('ip:198.51.100.1', 2, policy, T0 + 1_500)).toEqual({ id: 'ip:198.51.100.1', until: T0 + 1_500 + 600_000 });
+    // Reports older than the window count no more.
+    expect(book.countAnswered('ip:198.51.100.9', 5, policy, T0)).toBeUndefined();
+    expect(book.countAnswered('ip:198.51.100.9', 5, policy, T0 + 20_000)).toBeUndefined();
+  });
+
   it('checks every key before counting any, so a refused request uses no one’s quota', () => {
     const book = new GuardBook();
     const bans = new Map<string, number>();

@@ -81,7 +81,8 @@ export function clientKeys(ip: string | undefined, userId: string, action: Clien
 
 const localBans = new Map<string, { until: number; trustUntil: number }>();
 
-function rememberBan(id: string, until: number, now: number): void {
+/** Remembers a ban a guard shard reported, so this isolate refuses the client at once for a while. */
+export function rememberBan(id: string, until: number, now: number): void {
   if (localBans.size >= LOCAL_BANS_MAX) {
     for (const [key, ban] of localBans) {
       if (ban.trustUntil <= now) {
@@ -142,6 +143,11 @@ export async function shield(env: Env, ip: string | undefined, limits: Limits): 
   }
 }
 
+/** The ban rule of the runtime limits, as the guard shards apply it. */
+export function banPolicy(limits: Limits): BanPolicy {
+  return { threshold: limits.banThreshold, windowMs: limits.banWindowSeconds * 1000, durationMs: limits.banSeconds * 1000 };
+}
+
 /** A request's keys of one shard; the first of a batch is its sender's (its `env` makes the stub). */
 type AdmitCall = { env: Env; keys: AdmitKey[]; policy: BanPolicy };
 
@@ -171,7 +177,7 @@ export async function admitClient(env: Env, keys: AdmitKey[], limits: Limits, wa
     keys.map((k) => k.id),
     now,
   );
-  const policy = { threshold: limits.banThreshold, windowMs: limits.banWindowSeconds * 1000, durationMs: limits.banSeconds * 1000 };
+  const policy = banPolicy(limits);
   const groups = new Map<string, AdmitKey[]>();
   for (const key of keys) {
     const shard = guardShardName(key.id);

@@ -152,6 +152,11 @@ export type AdmitVerdict =
   | { ok: false; reason: 'RATE_LIMITED'; id: string; retryAfterMs: number }
   | { ok: false; reason: 'BANNED'; id: string; retryAfterMs: number };
 
+/** Requests of one client key an isolate answered on its own, reported to the key's guard shard. */
+export type AnsweredCount = { id: string; hits: number };
+/** A ban in force for a client key, as a guard shard reports it back. */
+export type KnownBan = { id: string; retryAfterMs: number };
+
 /** The runtime limits as the limits store answers them. */
 export type StoredLimits = { limits: Limits; updatedAt: string | null };
 export type BanView = { id: string; until: string; createdAt: string };

@@ -1,6 +1,9 @@
-import { Hono } from 'hono';
+import { type Context, Hono } from 'hono';
 import { createMiddleware } from 'hono/factory';
+import type { GoodsRow } from '../../../db/goods';
 import { acquirePermit, enterInFlight } from '../../edge/admission';
+import { clientKeys, ipKey } from '../../edge/client-guard';
+import { countEarlyAnswer } from '../../edge/early-answers';
 import {
   checkPurchaseToken,
   KEYED_GRACE_MS,
@@ -14,7 +17,7 @@ import { reserve } from '../../edge/reserve-client';
 import { claimedPurchaseExpiry } from '../../edge/signed';
 import { acceptedKeyedOf, markInStock, markSoldOut, rememberKeyedAnswer } from '../../edge/sold-out';
 import { IdempotencyHeader, PurchaseBody, PurchasePathParam, type ReserveOutcome } from '../../kernel/contract';
-import { AppError } from '../../kernel/errors';
+import { AppError, type ErrorCode } from '../../kernel/errors';
 import { admissionRate } from '../../kernel/limits';
 import { log } from '../../kernel/log';
 import { type AppEnv, waitUntilOf } from '../context';
@@ -31,7 +34,8 @@ import { validInto } from '../middleware/validate';
 //   purchaseBody     400 unless it is {goodsId, token}
 //   refuseFromCache  without an Idempotency-Key: 404 unknown goods, 410 ENDED, 425 NOT_STARTED,
 //                    423 PAUSED, 410 SOLD_OUT from the isolate's copies (no sign-in needed, so
-//                    the flood after a sell-out costs neither a signature check nor an object call)
+//                    the flood after a sell-out costs neither a signature check nor an object call;
+//                    each such answer counts toward the address' ban, reported in the background)
 //   shopperAuth      401 unless a valid shopper JWT
 //   purchasePath     400 unless the hidden path has its shape
 //   idempotencyKey   400 unless the Idempotency-Key (optional) is printable ASCII
@@ -56,10 +60,31 @@ const purchaseBody = validInto('json', PurchaseBody, (c, body) => {
   c.set('purchaseToken', body.token);
 });
 
+/** The answers the isolate's copies give: each counts toward the client's ban. */
+const EARLY_ANSWERS: ReadonlySet<ErrorCode> = new Set(['NOT_FOUND', 'ENDED', 'NOT_STARTED', 'PAUSED', 'SOLD_OUT']);
+
+/**
+ * Runs one of the answers from the isolate's copies; when it refuses, the refusal is counted
+ * toward the client's ban (in the isolate, reported in the background) before it is answered.
+ * An outage (no goods list to be had) is not the client's doing and is not counted.
+ */
+async function answerFromCopies(c: Context<AppEnv>, ids: string[], refuse: (goods: GoodsRow) => void): Promise<void> {
+  try {
+    refuse(await goodsOf(c));
+  } catch (error) {
+    if (error instanceof AppError && EARLY_ANSWERS.has(error.code)) {
+      countEarlyAnswer(c.env, ids, c.var.limits, waitUntilOf(c));
+    }
+    throw error;
+  }
+}
+
 const refuseFromCache = step(async function refuseFromCache(c, next) {
   // Checked on the raw header: a keyed retry may be owed the answer the object gave it before.
   if (c.req.header('idempotency-key') === undefined) {
-    refuseFromCopies(await goodsOf(c), Date.now());
+    // Before sign-in only the address is known (a claimed shopper is not to be counted).
+    const ip = c.var.clientIp;
+    await answerFromCopies(c, ip ? [ipKey(ip)] : [], (goods) => refuseFromCopies(goods, Date.now()));
   }
   await next();
 });
@@ -76,7 +101,8 @@ const purchaseRequest = step(async function purchaseRequest(c, next) {
 const refuseKeyed = step(async function refuseKeyed(c, next) {
   if (c.var.idempotencyKey !== undefined) {
     const keyed = { requestId: c.var.purchaseId, tokenExpiresAt: claimedPurchaseExpiry(c.var.purchaseToken) };
-    refuseKeyedFromCopies(await goodsOf(c), keyed, Date.now());
+    const ids = clientKeys(c.var.clientIp, c.var.userId, 'purchase', c.var.limits).map((k) => k.id);
+    await answerFromCopies(c, ids, (goods) => refuseKeyedFromCopies(goods, keyed, Date.now()));
   }
   await next();
 });
