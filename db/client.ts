@@ -1,11 +1,14 @@
 import { neon, neonConfig, Pool } from '@neondatabase/serverless';
 import { drizzle as drizzleHttp, type NeonHttpDatabase } from 'drizzle-orm/neon-http';
 import { drizzle, type NeonDatabase } from 'drizzle-orm/neon-serverless';
+import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import * as schema from './schema';
 
 export type Db = NeonDatabase<typeof schema>;
 /** Drizzle over Neon's SQL-over-HTTP endpoint: every statement is one fetch and its own transaction. */
 export type HttpDb = NeonHttpDatabase<typeof schema>;
+/** Either client, for queries of one statement: a pool's (inside a transaction) or the HTTP one. */
+export type AnyDb = PgDatabase<PgQueryResultHKT, typeof schema>;
 
 export type DbOptions = {
   databaseUrl: string;

@@ -2,7 +2,7 @@ import { and, asc, count, eq, gt, inArray, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import type { CreateGoodsBody, GoodsInit, GoodsPlacement } from '../workers/kernel/contract';
 import { PREWARM_AHEAD_MS, RECONCILE_ENDED_WITHIN_MS } from '../workers/kernel/schedule';
-import type { Db } from './client';
+import type { AnyDb, Db } from './client';
 import type { SqlExecutor } from './orders';
 import { ORDER_STATUS, seckillGoods, seckillOrder } from './schema';
 
@@ -37,7 +37,7 @@ export async function findGoods(db: Db, goodsId: number): Promise<GoodsRow | und
 }
 
 /** Goods whose sale has not ended more than `endedWithinMs` ago, earliest first. */
-export function listCurrentGoods(db: Db, now: number, endedWithinMs = 0): Promise<GoodsRow[]> {
+export function listCurrentGoods(db: AnyDb, now: number, endedWithinMs = 0): Promise<GoodsRow[]> {
   return db
     .select()
     .from(seckillGoods)

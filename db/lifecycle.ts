@@ -1,6 +1,6 @@
 import { and, asc, count, eq, lte, sql } from 'drizzle-orm';
 import { OVERDUE_GRACE_MS } from '../workers/kernel/schedule';
-import type { Db } from './client';
+import type { AnyDb, Db } from './client';
 import { mqConsumeLog, ORDER_STATUS, seckillGoods, seckillOrder } from './schema';
 
 export type OrderRow = typeof seckillOrder.$inferSelect;
@@ -63,7 +63,7 @@ export async function closePendingOrder(
 }
 
 /** One order by id. */
-export async function findOrder(db: Db, orderId: string): Promise<OrderRow | undefined> {
+export async function findOrder(db: AnyDb, orderId: string): Promise<OrderRow | undefined> {
   const [row] = await db.select().from(seckillOrder).where(eq(seckillOrder.id, orderId)).limit(1);
   return row;
 }

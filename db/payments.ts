@@ -1,6 +1,6 @@
 import { and, asc, count, eq, inArray, lte } from 'drizzle-orm';
 import type { PaymentCallbackBody } from '../workers/kernel/contract';
-import type { Db } from './client';
+import type { AnyDb, Db } from './client';
 import type { OrderRow } from './lifecycle';
 import { decidePaymentEvent, type EventOutcome, isPaymentStatus, type PaymentStatus } from './payment-decision';
 import { ORDER_STATUS, payment, paymentEvent, refund, seckillOrder } from './schema';
@@ -62,14 +62,14 @@ export async function createPayment(
 }
 
 /** The provider could not start a payment: it will never succeed. */
-export async function markPaymentFailed(db: Db, paymentId: string, now = Date.now()): Promise<void> {
+export async function markPaymentFailed(db: AnyDb, paymentId: string, now = Date.now()): Promise<void> {
   await db
     .update(payment)
     .set({ status: 'FAILED', updatedAt: new Date(now) })
     .where(and(eq(payment.id, paymentId), eq(payment.status, 'PENDING')));
 }
 
-export async function findPayment(db: Db, paymentId: string): Promise<PaymentRow | undefined> {
+export async function findPayment(db: AnyDb, paymentId: string): Promise<PaymentRow | undefined> {
   const [row] = await db.select().from(payment).where(eq(payment.id, paymentId)).limit(1);
   return row;
 }

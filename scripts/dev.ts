@@ -97,6 +97,8 @@ async function main(): Promise<void> {
 
   const merged = {
     ...vars,
+    // wrangler.toml sets no ENVIRONMENT (unset is production); a .dev.vars copied before it moved there may lack it.
+    ENVIRONMENT: vars.ENVIRONMENT || 'development',
     DATABASE_URL: databaseUrl,
     PG_WS_PROXY: bridge.proxy,
     UPSTASH_REDIS_REST_URL: redis.url,

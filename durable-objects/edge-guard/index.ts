@@ -1,5 +1,5 @@
 import { DurableObject } from 'cloudflare:workers';
-import type { AdmitKey, AdmitVerdict, BanPolicy, BanView, LegacyLimits } from '../../workers/kernel/contract';
+import type { AdmitKey, AdmitVerdict, AnsweredCount, BanPolicy, BanView, KnownBan, LegacyLimits } from '../../workers/kernel/contract';
 import { GuardBook } from './rules';
 import { GuardStorage } from './storage';
 
@@ -59,6 +59,36 @@ export class EdgeGuard extends DurableObject<Env> {
       await this.schedulePrune(now);
     }
     return verdicts;
+  }
+
+  /**
+   * The requests isolates answered on their own since their last report (before the start,
+   * after the end or a sell-out: answers that come before admitMany), counted toward bans like
+   * any other. Returns the bans in force for the reported keys, new or old, so the isolates
+   * refuse those clients at once from then on.
+   */
+  async noteAnswered(counts: AnsweredCount[], policy: BanPolicy): Promise<KnownBan[]> {
+    const now = Date.now();
+    let banned = false;
+    const known: KnownBan[] = [];
+    for (const { id, hits } of counts) {
+      const until = this.bans.get(id);
+      if (until !== undefined && until > now) {
+        known.push({ id, retryAfterMs: until - now });
+        continue;
+      }
+      const ban = this.book.countAnswered(id, hits, policy, now);
+      if (ban) {
+        this.bans.set(ban.id, ban.until);
+        this.store.saveBan(ban.id, ban.until, now);
+        known.push({ id, retryAfterMs: ban.until - now });
+        banned = true;
+      }
+    }
+    if (banned) {
+      await this.schedulePrune(now);
+    }
+    return known;
   }
 
   /** Bans still in force in this shard. */

@@ -64,6 +64,21 @@ export class GuardBook {
     return { verdict: { ok: true }, newBans };
   }
 
+  /**
+   * Counts requests an isolate answered on its own (a closed or sold-out sale), reported
+   * afterwards in a batch: they go on the same ban counter as the requests admit() sees, and a
+   * key crossing the threshold is banned (returned for the caller to persist).
+   */
+  countAnswered(id: string, hits: number, policy: BanPolicy, now: number): NewBan | undefined {
+    this.policyWindowMs = policy.windowMs;
+    this.sweep(now);
+    if (this.entry(id, now).hits.hit(now, policy.windowMs, hits) > policy.threshold) {
+      this.entries.delete(id);
+      return { id, until: now + policy.durationMs };
+    }
+    return undefined;
+  }
+
   /** Forgets what a client did (after an operator lifts its ban). */
   forget(id: string): void {
     this.entries.delete(id);

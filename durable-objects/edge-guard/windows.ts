@@ -62,8 +62,8 @@ export class WindowCounter {
     this.widthMs = Math.max(1, Math.floor(windowMs / WindowCounter.BUCKETS));
   }
 
-  /** Counts one event at `now` and returns the total within the window. */
-  hit(now: number, windowMs: number): number {
+  /** Counts `n` events (one by default) at `now` and returns the total within the window. */
+  hit(now: number, windowMs: number, n = 1): number {
     this.resize(windowMs);
     const index = Math.floor(now / this.widthMs);
     const slot = index % WindowCounter.BUCKETS;
@@ -71,7 +71,7 @@ export class WindowCounter {
       this.slots[slot] = index;
       this.counts[slot] = 0;
     }
-    this.counts[slot] = (this.counts[slot] ?? 0) + 1;
+    this.counts[slot] = (this.counts[slot] ?? 0) + n;
     return this.total(now, windowMs);
   }
 

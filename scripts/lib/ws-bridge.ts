@@ -4,6 +4,8 @@
 //   WebSocket is piped to a Postgres TCP socket;
 // - SQL over HTTP: `POST /sql` (neonConfig.fetchEndpoint), one query or one transaction per
 //   request, on warm connections (sql-http.ts).
+// `GET /stats` answers `{sessions, open}`: Postgres sessions the WebSocket door has opened since
+// the bridge started, and how many are open now (tests count what a route costs with it).
 import http from 'node:http';
 import net from 'node:net';
 import { type RawData, WebSocketServer } from 'ws';
@@ -52,9 +54,16 @@ export type WsBridge = { port: number; proxy: string; sqlEndpoint: string; close
 export async function startWsBridge({ port = 0, allow }: { port?: number; allow: Iterable<string> }): Promise<WsBridge> {
   const allowed = new Set(allow);
   const sql = sqlOverHttp({ allow: allowed });
+  const stats = { sessions: 0, open: 0 };
   const server = http.createServer((req, res) => {
-    if (new URL(req.url ?? '/', 'http://bridge').pathname === '/sql') {
+    const path = new URL(req.url ?? '/', 'http://bridge').pathname;
+    if (path === '/sql') {
       sql.handle(req, res).catch(() => res.destroy());
+      return;
+    }
+    if (path === '/stats' && req.method === 'GET') {
+      req.resume();
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(stats));
       return;
     }
     req.resume();
@@ -76,6 +85,8 @@ export async function startWsBridge({ port = 0, allow }: { port?: number; allow:
     const frames = terminateWatcher();
     const tcp = net.connect({ host, port: Number(portText), noDelay: true });
     sockets.add(tcp);
+    stats.sessions++;
+    stats.open++;
     // Frames that arrive before the TCP connect completes are buffered by net.Socket.
     ws.on('message', (data: RawData) => {
       const buf = Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
@@ -93,7 +104,9 @@ export async function startWsBridge({ port = 0, allow }: { port?: number; allow:
       }
     });
     const closeBoth = () => {
-      sockets.delete(tcp);
+      if (sockets.delete(tcp)) {
+        stats.open--;
+      }
       tcp.destroy();
       if (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING) {
         ws.close();

@@ -99,7 +99,8 @@ describe.each(ENVS)('%s build', (env) => {
     expect((c.queues.producers ?? []).map((p: Producer) => p.binding).sort()).toEqual(
       (top.queues.producers ?? []).map((p: Producer) => p.binding).sort(),
     );
-    expect(Object.keys(c.vars).sort()).toEqual(Object.keys(top.vars).sort());
+    // The top level sets no ENVIRONMENT (unset is production); each environment names itself.
+    expect(Object.keys(c.vars).sort()).toEqual([...Object.keys(top.vars), 'ENVIRONMENT'].sort());
   });
 
   it('has the same rate-limit bindings as the local config, in namespaces of its own', () => {
@@ -151,9 +152,11 @@ describe('the production bundle under Miniflare', () => {
     });
   }
 
-  async function start(bindings: Record<string, string>): Promise<Miniflare> {
-    const { workerOptions } = unstable_getMiniflareWorkerOptions(configPath, 'production');
-    const dir = join(outDir, 'production');
+  /** The production bundle (or the one built without --env) with its config's bindings and `bindings`. */
+  async function start(bindings: Record<string, string>, build: 'production' | 'no-env' = 'production'): Promise<Miniflare> {
+    const env = build === 'production' ? 'production' : undefined;
+    const { workerOptions } = unstable_getMiniflareWorkerOptions(configPath, env);
+    const dir = join(outDir, env ?? 'local');
     const mf = new Miniflare({
       ...workerOptions,
       bindings: { ...workerOptions.bindings, ...bindings },
@@ -182,6 +185,31 @@ describe('the production bundle under Miniflare', () => {
       expect(((await token.json()) as { error: { code: string } }).error.code).toBe('NOT_FOUND');
       const sandbox = await mf.dispatchFetch('https://sale.shop.test/api/payments/sandbox/p1/complete', { method: 'POST' });
       expect(sandbox.status).toBe(404);
+    } finally {
+      await mf.dispose();
+    }
+  });
+
+  it('a build without --env is no development Worker: it refuses to serve with a bundle of dev features', async () => {
+    // wrangler.toml's top level names no environment, so a bare deploy gets production's rules...
+    expect(readEnv(undefined).vars).not.toHaveProperty('ENVIRONMENT');
+    logs = '';
+    const mf = await start(secrets, 'no-env');
+    try {
+      // ...and its bundle, which keeps the dev token route and the sandbox, fails every request.
+      const res = await mf.dispatchFetch('https://sale.shop.test/api/health');
+      expect(res.status).toBe(500);
+      expect(await res.text()).toContain('the service is misconfigured');
+      const token = await mf.dispatchFetch('https://sale.shop.test/api/dev/token', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ userId: 'mallory' }),
+      });
+      expect(token.status).toBe(500);
+      await logged('config.invalid');
+      const line = logs.split('\n').find((l) => l.includes('config.invalid')) ?? '';
+      expect(line).toContain('__DEV_FEATURES__');
+      expect(line).toContain('deploy with --env production');
     } finally {
       await mf.dispose();
     }

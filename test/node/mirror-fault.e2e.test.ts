@@ -200,7 +200,7 @@ describe.skipIf(!hasRedis)('Redis down in the middle of a sale', () => {
     expect((await mirror.smembers(`seckill:users:${goodsId}`)).sort()).toEqual(accepted.map((p) => p.userId).sort());
     expect(await mirror.hget(`seckill:goods:${goodsId}`, 'title')).toBe('Fault drill');
     for (const p of accepted) {
-      const [value, owner] = await mirror.hmget(`seckill:result:${p.requestId}`, 'result', 'userId');
+      const [value, owner] = await mirror.mget(`seckill:result:${p.requestId}`, `seckill:result-owner:${p.requestId}`);
       expect(value).toMatch(new RegExp(`^SUCCESS:${goodsId}-\\d+$`));
       expect(owner).toBe(p.userId);
     }

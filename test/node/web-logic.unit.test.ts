@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { buildWeb, PAGES, pageSizes } from '../../scripts/build-web.ts';
 import { chartPoints } from '../../web/src/admin/chart';
 import { adminMessages } from '../../web/src/admin/messages';
@@ -18,7 +18,7 @@ import { saleState } from '../../web/src/shared/sale';
 import { shopperMessages } from '../../web/src/shopper/messages';
 import { ClickGuard, LocalLimiter, resultPollDelay } from '../../web/src/shopper/pacing';
 import { leadingZeroBits, solvePow } from '../../web/src/shopper/pow';
-import { readSession } from '../../web/src/shopper/session';
+import { currentSession, loginUrl, planHandoff, readSession, saveSession, takeHandoff } from '../../web/src/shopper/session';
 import { verifyPow } from '../../workers/kernel/pow';
 
 describe('server clock', () => {
@@ -180,6 +180,100 @@ describe('payload parsing', () => {
     expect(readSession(token, 2_000_000)).toBeUndefined();
     expect(readSession('not-a-jwt')).toBeUndefined();
     expect(readSession(`${b64({})}.${b64({ exp: 5 })}.x`, 0)).toBeUndefined();
+  });
+});
+
+describe('session hand-over from the shop login (#jwt=)', () => {
+  const b64 = (o: unknown) => Buffer.from(JSON.stringify(o)).toString('base64url');
+  const jwtOf = (sub: string) => `${b64({ alg: 'HS256' })}.${b64({ sub, exp: 4_000_000_000 })}.sig`;
+  const session = (sub: string) => readSession(jwtOf(sub), 0);
+
+  it('takes a hand-over that answers the sign-in this page started, and drops one with a state not its own', () => {
+    const token = jwtOf('mallory');
+    expect(planHandoff({ token, state: 'n1', expectedState: 'n1', current: session('alice') })).toMatchObject({ kind: 'accept' });
+    expect(planHandoff({ token, state: 'n1', expectedState: 'n2', current: undefined })).toEqual({ kind: 'reject', why: 'foreign-state' });
+    expect(planHandoff({ token, state: 'n1', expectedState: null, current: undefined })).toEqual({ kind: 'reject', why: 'foreign-state' });
+  });
+
+  it('asks before an unbound hand-over signs anyone in or switches the shopper; a fresh token of the same shopper is taken', () => {
+    const token = jwtOf('mallory');
+    expect(planHandoff({ token, state: null, expectedState: null, current: session('alice') })).toMatchObject({
+      kind: 'confirm',
+      session: { userId: 'mallory' },
+      current: { userId: 'alice' },
+    });
+    expect(planHandoff({ token, state: null, expectedState: null, current: undefined })).toMatchObject({
+      kind: 'confirm',
+      current: undefined,
+    });
+    expect(planHandoff({ token: jwtOf('alice'), state: null, expectedState: null, current: session('alice') })).toMatchObject({
+      kind: 'accept',
+    });
+    expect(planHandoff({ token: 'garbage', state: null, expectedState: null, current: undefined })).toEqual({
+      kind: 'reject',
+      why: 'unreadable',
+    });
+    expect(planHandoff({ token: null, state: null, expectedState: null, current: undefined })).toEqual({ kind: 'none' });
+  });
+
+  describe('on the page', () => {
+    /** A tab: its sessionStorage, address bar and history, as the page's module sees them. */
+    function tab(hash: string) {
+      const items = new Map<string, string>();
+      const storage = {
+        getItem: (k: string) => items.get(k) ?? null,
+        setItem: (k: string, v: string) => void items.set(k, v),
+        removeItem: (k: string) => void items.delete(k),
+      };
+      const location = { hash, pathname: '/', search: '?goods=7', origin: 'https://sale.shop.test', href: '' };
+      vi.stubGlobal('sessionStorage', storage);
+      vi.stubGlobal('location', location);
+      vi.stubGlobal('history', {
+        state: null,
+        replaceState: (_: unknown, __: string, url: string) => {
+          location.hash = url.includes('#') ? url.slice(url.indexOf('#')) : '';
+        },
+      });
+      return { location, items };
+    }
+
+    afterEach(() => {
+      vi.unstubAllGlobals();
+    });
+
+    it('does not silently replace the signed-in shopper with the one in a link', () => {
+      const t = tab(`#jwt=${jwtOf('mallory')}`);
+      saveSession(jwtOf('alice'));
+      const asked: string[] = [];
+      const done = takeHandoff((plan) => {
+        asked.push(`${plan.current?.userId} -> ${plan.session.userId}`);
+        return false;
+      });
+      expect(asked).toEqual(['alice -> mallory']);
+      expect(done).toBe('reject');
+      expect(currentSession()?.userId).toBe('alice');
+      // The token never stays in the address bar, taken or not.
+      expect(t.location.hash).toBe('');
+    });
+
+    it('switches when the shopper confirms, and without asking when the page started the sign-in', () => {
+      tab(`#jwt=${jwtOf('bob')}&lang=zh`);
+      saveSession(jwtOf('alice'));
+      expect(takeHandoff(() => true)).toBe('accept');
+      expect(currentSession()?.userId).toBe('bob');
+
+      const t = tab('');
+      const url = new URL(loginUrl('https://login.shop.test/authorize', 'https://sale.shop.test/?goods=7'));
+      expect(url.searchParams.get('return_to')).toBe('https://sale.shop.test/?goods=7');
+      const state = url.searchParams.get('state') ?? '';
+      expect(state).toMatch(/^[0-9a-f]{32}$/);
+      t.location.hash = `#jwt=${jwtOf('carol')}&state=${state}`;
+      expect(takeHandoff(() => expect.fail('a hand-over the page asked for needs no question'))).toBe('accept');
+      expect(currentSession()?.userId).toBe('carol');
+      // The nonce is single-use: the same link again is dropped.
+      t.location.hash = `#jwt=${jwtOf('carol')}&state=${state}`;
+      expect(takeHandoff(() => true)).toBe('reject');
+    });
   });
 });
 

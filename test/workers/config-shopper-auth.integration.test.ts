@@ -60,10 +60,32 @@ beforeEach(async () => {
 });
 
 afterEach(() => {
+  vi.useRealTimers();
   vi.restoreAllMocks();
 });
 
-const jwksOnly: ShopperAuthConfig = { hs256Secret: undefined, jwksUrl: JWKS_URL, issuer: ISSUER, audience: undefined };
+const jwksOnly: ShopperAuthConfig = {
+  hs256Secret: undefined,
+  jwksUrl: JWKS_URL,
+  issuer: ISSUER,
+  audience: undefined,
+  maxLifetimeSeconds: 24 * 3600,
+};
+
+/** The login server stops answering: each fetch hangs until its caller gives up. */
+function hangJwks(): void {
+  const realFetch = globalThis.fetch;
+  vi.spyOn(globalThis, 'fetch').mockImplementation((input, init) => {
+    const url = input instanceof Request ? input.url : String(input);
+    if (url !== JWKS_URL) {
+      return realFetch(input, init);
+    }
+    jwksFetches++;
+    return new Promise<Response>((_, reject) => {
+      init?.signal?.addEventListener('abort', () => reject(init.signal?.reason));
+    });
+  });
+}
 
 describe('verifyShopperToken with a JWKS', () => {
   it('accepts ES256 and RS256 tokens from the published keys, fetching the set once', async () => {
@@ -127,6 +149,80 @@ describe('verifyShopperToken with a JWKS', () => {
   });
 });
 
+describe('token lifetime', () => {
+  const hs: ShopperAuthConfig = {
+    ...jwksOnly,
+    hs256Secret: 'lifetime-test-secret-0123456789abcdef',
+    jwksUrl: undefined,
+    issuer: undefined,
+  };
+  const reason = (p: Promise<unknown>) =>
+    p.then(
+      () => 'accepted',
+      (e: unknown) => (e instanceof AppError ? `${e.code}: ${e.message}` : String(e)),
+    );
+
+  it('refuses a token without exp, with a message that says so', async () => {
+    const now = Math.floor(Date.now() / 1000);
+    expect(await reason(verifyShopperToken(await sign({ sub: 'alice', iat: now }, hs.hs256Secret ?? '', 'HS256'), hs))).toBe(
+      'UNAUTHENTICATED: the token has no expiry (exp): sign in again',
+    );
+    expect(await reason(verifyShopperToken(await sign({ sub: 'alice', iss: ISSUER }, es.privateJwk), jwksOnly))).toMatch(/no expiry/);
+  });
+
+  it('refuses a token that lives longer than the configured maximum, counted from iat or from now', async () => {
+    const now = Math.floor(Date.now() / 1000);
+    const secret = hs.hs256Secret ?? '';
+    const day = 24 * 3600;
+    expect(await reason(verifyShopperToken(await sign({ sub: 'a', iat: now, exp: now + day }, secret, 'HS256'), hs))).toBe('accepted');
+    expect(await reason(verifyShopperToken(await sign({ sub: 'a', iat: now, exp: now + day + 60 }, secret, 'HS256'), hs))).toMatch(
+      /lives longer than the 86400 s/,
+    );
+    // An old iat does not stretch a far exp, and no iat counts from now.
+    expect(await reason(verifyShopperToken(await sign({ sub: 'a', iat: now - 3600, exp: now + day }, secret, 'HS256'), hs))).toMatch(
+      /lives longer/,
+    );
+    expect(await reason(verifyShopperToken(await sign({ sub: 'a', exp: now + 2 * day }, secret, 'HS256'), hs))).toMatch(/lives longer/);
+    const shorter = { ...hs, maxLifetimeSeconds: 600 };
+    expect(await reason(verifyShopperToken(await sign({ sub: 'a', iat: now, exp: now + 900 }, secret, 'HS256'), shorter))).toMatch(/600 s/);
+  });
+
+  it('requires iss and aud on HS256 tokens too when they are configured', async () => {
+    const now = Math.floor(Date.now() / 1000);
+    const strict = { ...hs, issuer: ISSUER, audience: 'seckill' };
+    const secret = hs.hs256Secret ?? '';
+    const base = { sub: 'a', iat: now, exp: now + 600 };
+    expect(await reason(verifyShopperToken(await sign(base, secret, 'HS256'), strict))).not.toBe('accepted');
+    expect(await reason(verifyShopperToken(await sign({ ...base, iss: ISSUER }, secret, 'HS256'), strict))).not.toBe('accepted');
+    expect(await reason(verifyShopperToken(await sign({ ...base, iss: ISSUER, aud: 'seckill' }, secret, 'HS256'), strict))).toBe(
+      'accepted',
+    );
+  });
+});
+
+describe('a login server that hangs', () => {
+  it('serves the stale key set at once and refreshes it in the background, one fetch at a time', async () => {
+    const now = Date.now();
+    const token = await sign(claims('alice'), es.privateJwk);
+    await verifyShopperToken(token, jwksOnly, now);
+    expect(jwksFetches).toBe(1);
+    hangJwks();
+    const background: Promise<unknown>[] = [];
+    const started = Date.now();
+    for (let i = 0; i < 5; i++) {
+      // Eleven minutes later the set is stale; no answer may wait for the hung server.
+      const payload = await verifyShopperToken(token, jwksOnly, now + 11 * 60_000 + i, (p) => background.push(p));
+      expect(payload.sub).toBe('alice');
+    }
+    expect(Date.now() - started).toBeLessThan(1_000);
+    expect(jwksFetches).toBe(2);
+    expect(background.length).toBe(1);
+    // The refresh gives up on its own deadline and the stale set stays in service.
+    await Promise.all(background);
+    expect((await verifyShopperToken(token, jwksOnly, now + 12 * 60_000)).sub).toBe('alice');
+  });
+});
+
 describe('shopper routes with AUTH_JWKS_URL', () => {
   // The local secret stays set, so the dev token route keeps working next to the JWKS.
   const jwksEnv = { ...env, AUTH_JWKS_URL: JWKS_URL, AUTH_JWT_ISSUER: ISSUER } as Env;
@@ -151,6 +247,36 @@ describe('shopper routes with AUTH_JWKS_URL', () => {
   it('still accepts HS256 tokens signed with AUTH_JWT_SECRET when both are set', async () => {
     const res = await get(unknownRequest, await sign(claims('alice'), env.AUTH_JWT_SECRET, 'HS256'));
     expect(res.status).toBe(404);
+  });
+
+  it('answers 401, saying why, to a token without exp', async () => {
+    const noExp = { sub: 'alice', iss: ISSUER, iat: Math.floor(Date.now() / 1000) };
+    const res = await get(unknownRequest, await sign(noExp, env.AUTH_JWT_SECRET, 'HS256'));
+    expect(res.status).toBe(401);
+    expect((await res.json<{ error: { code: string; message: string } }>()).error).toMatchObject({
+      code: 'UNAUTHENTICATED',
+      message: expect.stringContaining('no expiry (exp)'),
+    });
+  });
+
+  it('answers a shopper at once while the login server hangs, with the keys it has', async () => {
+    const token = await sign(claims('alice'), es.privateJwk);
+    // The isolate fetched its key set eleven minutes ago: it is stale now.
+    await verifyShopperToken(token, { ...jwksOnly, issuer: ISSUER }, Date.now() - 11 * 60_000);
+    hangJwks();
+    const ctx = createExecutionContext();
+    const started = performance.now();
+    const res = await worker.fetch(
+      new Request(`https://sale.shop.test${unknownRequest}`, { headers: { authorization: `Bearer ${token}` } }),
+      jwksEnv,
+      ctx,
+    );
+    const answeredMs = performance.now() - started;
+    expect(res.status).toBe(404);
+    expect(answeredMs).toBeLessThan(1_000);
+    // The refresh went on in the background (waitUntil) and gave up on its own deadline.
+    await waitOnExecutionContext(ctx);
+    expect(jwksFetches).toBe(2);
   });
 
   it('answers 401 for a token from an unknown key and 503 when the keys are unreachable', async () => {

@@ -54,7 +54,13 @@ describe('production configuration', () => {
     expect(config.pgWsProxy).toBeUndefined();
     expect(config.turnstile?.siteKey).toBe('0x4AAAAAAAB1cD2eF3gH4iJ5');
     expect(config.redis?.url).toBe('https://eu1-brave-owl-12345.upstash.io');
-    expect(config.shopperAuth).toEqual({ hs256Secret: strong(1), jwksUrl: undefined, issuer: undefined, audience: undefined });
+    expect(config.shopperAuth).toEqual({
+      hs256Secret: strong(1),
+      jwksUrl: undefined,
+      issuer: undefined,
+      audience: undefined,
+      maxLifetimeSeconds: 24 * 3600,
+    });
     expect(config.jwtSecret).toBe(strong(1));
   });
 
@@ -92,6 +98,16 @@ describe('production configuration', () => {
     expect(namesIn(issuesOf(productionEnv({ AUTH_JWKS_URL: 'http://login.shop.test/jwks.json' })))).toEqual(['AUTH_JWKS_URL']);
     expect(namesIn(issuesOf(productionEnv({ AUTH_JWKS_URL: 'https://localhost/jwks.json' })))).toEqual(['AUTH_JWKS_URL']);
     expect(namesIn(issuesOf(productionEnv({ AUTH_JWKS_URL: 'not a url' })))).toEqual(['AUTH_JWKS_URL']);
+  });
+
+  it('takes a maximum shopper token lifetime in seconds, 24 h when unset', () => {
+    expect(parseConfig(productionEnv({ AUTH_JWT_MAX_LIFETIME_SECONDS: '3600' }), PRODUCTION_BUILD).shopperAuth.maxLifetimeSeconds).toBe(
+      3600,
+    );
+    expect(parseConfig(productionEnv({ AUTH_JWT_MAX_LIFETIME_SECONDS: '' }), PRODUCTION_BUILD).shopperAuth.maxLifetimeSeconds).toBe(86_400);
+    for (const bad of ['0', '-5', '1.5', '1h', String(31 * 24 * 3600)]) {
+      expect(namesIn(issuesOf(productionEnv({ AUTH_JWT_MAX_LIFETIME_SECONDS: bad })))).toEqual(['AUTH_JWT_MAX_LIFETIME_SECONDS']);
+    }
   });
 
   it.each(['AUTH_JWT_SECRET', 'ADMIN_TOKEN', 'TOKEN_SECRET', 'PAYMENT_WEBHOOK_SECRET'] as const)(

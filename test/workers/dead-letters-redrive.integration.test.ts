@@ -7,7 +7,7 @@ import type { OrderMessage } from '../../workers/kernel/contract';
 import { consumeDeadLetters } from '../../workers/queue/dead-letters';
 import { consumeOrders } from '../../workers/queue/orders';
 import { consumeTimeouts } from '../../workers/queue/timeouts';
-import { ADMIN, buyOrder, call, createGoods, eventually, json, orderOf, settled, sql, stats } from './helpers';
+import { ADMIN, buyOrder, call, createGoods, eventually, json, ORDER_POLL_MS, orderOf, settled, sql, stats } from './helpers';
 
 /** The Worker with its Postgres unreachable (a refused port behind the bridge's allow-list). */
 const postgresDown = { ...env, DATABASE_URL: 'postgres://nobody:nobody@127.0.0.1:1/nowhere' } as Env;
@@ -140,7 +140,7 @@ describe('dead letters', () => {
     const res = await call('/admin/dead-letters/redrive', { method: 'POST', headers: ADMIN, json: { goodsId } });
     expect(res.status).toBe(200);
     expect(await json(res)).toMatchObject({ goodsId, redriven: 1, skipped: [] });
-    await eventually(async () => (await orderOf(jwt, orderId)).status === 'CLOSED_TIMEOUT');
+    await eventually(async () => (await orderOf(jwt, orderId)).status === 'CLOSED_TIMEOUT', 30_000, ORDER_POLL_MS);
     expect(await settled(goodsId)).toMatchObject({ doRemaining: 2, dbStock: 2, deadLetters: 0, orders: { CLOSED_TIMEOUT: 1 } });
   });
 

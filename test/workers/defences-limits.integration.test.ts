@@ -4,7 +4,7 @@ import { limitsStore } from '../../durable-objects/routing';
 import { SHIELD_LIMIT, SHIELD_PERIOD_SECONDS } from '../../workers/edge/client-guard';
 import { currentLimits, LIMITS_TTL_MS } from '../../workers/edge/limits';
 import { DEFAULT_LIMITS } from '../../workers/kernel/limits';
-import { ADMIN, bearer, call, createGoods, devToken, json, setLimits } from './helpers';
+import { ADMIN, bearer, call, createGoods, devToken, eventually, json, purchase, setLimits, tokenFor } from './helpers';
 
 type ErrorBody = { error: { code: string; message: string; requestId: string } };
 
@@ -116,6 +116,60 @@ describe('per-IP limit and bans', () => {
     expect(await json(fromElsewhere)).toMatchObject({ error: { code: 'BANNED' } });
     await call('/admin/limits/bans/lift', { method: 'POST', headers: ADMIN, json: { userId: 'many-addresses' } });
     expect((await challenge(jwt, goodsId, '192.0.2.201')).status).toBe(200);
+  });
+});
+
+describe('answers that come before the limits', () => {
+  /** A purchase at a made-up path: the isolate answers a closed or sold-out sale before looking at it. */
+  function hammer(goodsId: number, headers: Record<string, string>): Promise<Response> {
+    return call(`/api/seckill/do/${'C'.repeat(32)}`, { method: 'POST', headers, json: { goodsId, token: 'x' } });
+  }
+
+  it('count toward a ban: an address hammering a sale before its start is banned like any other', async () => {
+    const { goodsId } = await createGoods({ startAt: Date.now() + 3_600_000, endAt: Date.now() + 7_200_000 });
+    await setLimits({ banThreshold: 20 });
+    const ip = '203.0.113.41';
+    const statuses: number[] = [];
+    for (let i = 0; i < 25; i++) {
+      statuses.push((await hammer(goodsId, { 'cf-connecting-ip': ip })).status);
+    }
+    expect(statuses.filter((s) => s === 425).length).toBeGreaterThanOrEqual(20);
+    // The counts reach the address' guard shard in the background, within about a second.
+    const banned = await eventually(async () => {
+      const res = await hammer(goodsId, { 'cf-connecting-ip': ip });
+      return res.status === 403 ? json<ErrorBody>(res) : undefined;
+    }, 5_000);
+    expect(banned.error.code).toBe('BANNED');
+    // Banned on every shopper route, and listed for the operator.
+    expect((await call(`/api/seckill/goods/${goodsId}`, { headers: { 'cf-connecting-ip': ip } })).status).toBe(403);
+    const bans = await json<{ bans: { id: string }[] }>(await call('/admin/limits/bans', { headers: ADMIN }));
+    expect(bans.bans.map((b) => b.id)).toContain(`ip:${ip}`);
+    // Another address is not affected.
+    expect((await hammer(goodsId, { 'cf-connecting-ip': '203.0.113.42' })).status).toBe(425);
+    await call('/admin/limits/bans/lift', { method: 'POST', headers: ADMIN, json: { ip } });
+  });
+
+  it('count toward a ban of the shopper: keyed retries at a sold-out sale from many addresses', async () => {
+    const { goodsId } = await createGoods({ stock: 0 });
+    await setLimits({ banThreshold: 20 });
+    const jwt = await devToken('sold-out-hammer');
+    // The object says SOLD_OUT once; from then on the isolate answers by itself.
+    expect((await purchase(jwt, goodsId, await tokenFor(jwt, goodsId), { 'cf-connecting-ip': '192.0.2.150' })).status).toBe(410);
+    const keyed = (i: number) =>
+      hammer(goodsId, { ...bearer(jwt), 'idempotency-key': `hammer-${i}`, 'cf-connecting-ip': `192.0.2.${160 + (i % 50)}` });
+    const statuses: number[] = [];
+    for (let i = 0; i < 25; i++) {
+      statuses.push((await keyed(i)).status);
+    }
+    expect(statuses.filter((s) => s === 410).length).toBeGreaterThanOrEqual(19);
+    const banned = await eventually(async () => {
+      const res = await keyed(100);
+      return res.status === 403 ? json<ErrorBody>(res) : undefined;
+    }, 5_000);
+    expect(banned.error.code).toBe('BANNED');
+    // The shopper is banned on the sale's other routes too, whatever the address.
+    expect((await challenge(jwt, goodsId, '192.0.2.250')).status).toBe(403);
+    await call('/admin/limits/bans/lift', { method: 'POST', headers: ADMIN, json: { userId: 'sold-out-hammer' } });
   });
 });
 

@@ -4,7 +4,16 @@ import { GuardBook } from '../../durable-objects/edge-guard/rules';
 import { SlidingLog, WindowCounter } from '../../durable-objects/edge-guard/windows';
 import { applyPatch, readStoredLimits } from '../../durable-objects/limits-store/rules';
 import { clientIp, clientKeys, ipKey } from '../../workers/edge/client-guard';
-import { knownSoldOut, markInStock, markSoldOut, SOLD_OUT_TRUST_MS, soldOutNow } from '../../workers/edge/sold-out';
+import {
+  acceptedKeyedOf,
+  keyedMayPassSoldOut,
+  knownSoldOut,
+  markInStock,
+  markSoldOut,
+  rememberKeyedAnswer,
+  SOLD_OUT_TRUST_MS,
+  soldOutNow,
+} from '../../workers/edge/sold-out';
 import type { AdmitKey } from '../../workers/kernel/contract';
 import { admissionRate, DEFAULT_LIMITS, LimitsPatch } from '../../workers/kernel/limits';
 import { leadingZeroBits, solvePow, verifyPow } from '../../workers/kernel/pow';
@@ -93,6 +102,20 @@ describe('GuardBook', () => {
     expect(bans.get('ip:198.51.100.1')).toBe(T0 + 5 + 600_000);
     const later = book.admit(keys(2), policy, bans, T0 + 600_006);
     expect(later.verdict.ok).toBe(true);
+  });
+
+  it('puts answers an isolate gave on its own on the same ban counter as the requests it admits', () => {
+    const book = new GuardBook();
+    const bans = new Map<string, number>();
+    expect(book.admit(keys(100), policy, bans, T0).verdict.ok).toBe(true);
+    // Three answered by an isolate (a sold-out sale) and reported in one batch: 4 of 5.
+    expect(book.countAnswered('ip:198.51.100.1', 3, policy, T0 + 500)).toBeUndefined();
+    expect(book.admit(keys(100), policy, bans, T0 + 600).verdict.ok).toBe(true);
+    // The next report crosses the threshold: banned from then on.
+    expect(book.countAnswered('ip:198.51.100.1', 2, policy, T0 + 1_500)).toEqual({ id: 'ip:198.51.100.1', until: T0 + 1_500 + 600_000 });
+    // Reports older than the window count no more.
+    expect(book.countAnswered('ip:198.51.100.9', 5, policy, T0)).toBeUndefined();
+    expect(book.countAnswered('ip:198.51.100.9', 5, policy, T0 + 20_000)).toBeUndefined();
   });
 
   it('checks every key before counting any, so a refused request uses no one’s quota', () => {
@@ -190,5 +213,37 @@ describe('sold-out cache', () => {
     expect(knownSoldOut(g, after + 1)).toBe(true);
     markInStock(g);
     expect(knownSoldOut(g, after + 2)).toBe(false);
+  });
+});
+
+describe('keyed requests at the sold-out fast path', () => {
+  it('pass only with a key the object answered: in its list, answered here, or when its list was cut short', () => {
+    const g = 900_000_002;
+    // Not known to be sold out: every keyed request goes on.
+    expect(keyedMayPassSoldOut(g, `${g}.fresh`, T0)).toBe(true);
+    markSoldOut(g, T0, { ids: [`${g}.acceptedElsewhere`], truncated: false });
+    expect(keyedMayPassSoldOut(g, `${g}.acceptedElsewhere`, T0 + 1)).toBe(true);
+    expect(keyedMayPassSoldOut(g, `${g}.fresh`, T0 + 1)).toBe(false);
+    rememberKeyedAnswer(`${g}.answeredHere`, T0 + 240_000, T0);
+    expect(keyedMayPassSoldOut(g, `${g}.answeredHere`, T0 + 2)).toBe(true);
+    // This isolate's memory of a key lasts as long as its retries may come.
+    expect(keyedMayPassSoldOut(g, `${g}.answeredHere`, T0 + 240_000)).toBe(true);
+    markSoldOut(g, T0 + 240_000, { ids: [], truncated: false });
+    expect(keyedMayPassSoldOut(g, `${g}.answeredHere`, T0 + 240_001)).toBe(false);
+    // A list cut short cannot refuse anyone; neither can a sell-out seen without one (a stock read).
+    markSoldOut(g, T0 + 240_001, { ids: [], truncated: true });
+    expect(keyedMayPassSoldOut(g, `${g}.fresh`, T0 + 240_002)).toBe(true);
+    markSoldOut(g, T0 + 240_002);
+    expect(keyedMayPassSoldOut(g, `${g}.fresh`, T0 + 240_003)).toBe(true);
+    markInStock(g);
+  });
+
+  it("reads the object's list from its SOLD_OUT answer, and anything malformed as cut short", () => {
+    const base = { ok: false, requestId: '1.x', reason: 'SOLD_OUT', replay: false };
+    expect(acceptedKeyedOf({ ...base, acceptedKeyed: ['1.a', '1.b'] })).toEqual({ ids: ['1.a', '1.b'], truncated: false });
+    expect(acceptedKeyedOf({ ...base, acceptedKeyed: ['1.a'], acceptedKeyedTruncated: true })).toEqual({ ids: ['1.a'], truncated: true });
+    expect(acceptedKeyedOf(base)).toEqual({ ids: [], truncated: false });
+    expect(acceptedKeyedOf({ ...base, acceptedKeyed: [1, 2] })).toEqual({ ids: [], truncated: true });
+    expect(acceptedKeyedOf({ ...base, acceptedKeyed: 'x' })).toEqual({ ids: [], truncated: true });
   });
 });

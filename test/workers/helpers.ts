@@ -121,8 +121,14 @@ export async function stats(goodsId: number) {
   }>(res);
 }
 
-/** Polls `check` until it returns a value (the queue consumer works on its own clock). */
-export async function eventually<T>(check: () => Promise<T | undefined | false>, timeoutMs = 30_000): Promise<T> {
+/**
+ * How often a test polls a shopper's order: the order routes have the shopper limits (3 per
+ * second per shopper by default), so a poll goes at a page's pace, not the test's.
+ */
+export const ORDER_POLL_MS = 400;
+
+/** Polls `check` every `intervalMs` until it returns a value (the queue consumer works on its own clock). */
+export async function eventually<T>(check: () => Promise<T | undefined | false>, timeoutMs = 30_000, intervalMs = 50): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();
@@ -132,7 +138,7 @@ export async function eventually<T>(check: () => Promise<T | undefined | false>,
     if (Date.now() > deadline) {
       throw new Error(`condition not met within ${timeoutMs} ms`);
     }
-    await new Promise((r) => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, intervalMs));
   }
 }
 

@@ -97,6 +97,37 @@ describe('named hostile inputs', () => {
     await expectError(await call('/api/seckill/../../admin/limits', { method: 'GET' }), 401, 'UNAUTHENTICATED');
   });
 
+  it('admin goods: dates outside the years 2000-9999 and control characters in the title are 400', async () => {
+    const now = Date.now();
+    const good = { activityId: 1, title: 'Fine phone', priceCents: 100, stock: 1, startAt: now, endAt: now + 3_600_000 };
+    const create = (body: Record<string, unknown>) => call('/admin/goods', { method: 'POST', headers: ADMIN, json: body });
+    for (const startAt of [
+      -8_000_000_000_000_000,
+      -1,
+      0,
+      Date.UTC(1999, 11, 31, 23, 59, 59),
+      '0001-01-01T00:00:00Z',
+      '1999-12-31T23:59:59Z',
+    ]) {
+      await expectError(await create({ ...good, startAt }), 400, 'INVALID_INPUT');
+    }
+    for (const endAt of [Date.UTC(10_000, 0, 1), 8_640_000_000_000_001, Number.MAX_SAFE_INTEGER, '2024-02-30T00:00:00Z']) {
+      await expectError(await create({ ...good, endAt }), 400, 'INVALID_INPUT');
+    }
+    for (const title of ['nul\u0000here', 'tab\there', 'line\nbreak', 'del\u007f', 'c1\u0085', 'lone \ud800 half', '\u001b[31mred']) {
+      const res = await create({ ...good, title });
+      await expectError(res, 400, 'INVALID_INPUT');
+    }
+    // The bounds themselves, and titles in any script, are fine.
+    const ok = await create({
+      ...good,
+      title: 'Phone 📱 限量 Édition',
+      startAt: '2000-01-01T00:00:00Z',
+      endAt: '9999-12-31T23:59:59.999Z',
+    });
+    expect(ok.status).toBe(201);
+  });
+
   it('headers: bad Authorization, Idempotency-Key and client address', async () => {
     const buy = (headers: Record<string, string>, token = purchase.token) =>
       call(`/api/seckill/do/${purchase.path}`, {
@@ -184,9 +215,45 @@ function segment(): fc.Arbitrary<string> {
   );
 }
 
+/** Dates at and past what a sale, Postgres and JavaScript can hold, as numbers and as ISO strings. */
+function hostileDate(): fc.Arbitrary<unknown> {
+  return fc.oneof(
+    fc.constantFrom(-8_000_000_000_000_000, 8_640_000_000_000_001, -1, 0, Number.MAX_SAFE_INTEGER, Date.UTC(1999, 11, 31)),
+    fc.integer({ min: -8_640_000_000_000_000, max: 8_640_000_000_000_000 }),
+    fc.date({ noInvalidDate: true }).map((d) => d.toISOString()),
+    fc.constantFrom('+275760-09-13T00:00:00.000Z', '0000-01-01T00:00:00Z', '2024-02-30T00:00:00Z', '9999-12-31T23:59:59.999Z'),
+    fc.constant(Date.now() + 60_000),
+  );
+}
+
+/** Titles with control characters, unpaired surrogates and other awkward text. */
+function hostileTitle(): fc.Arbitrary<string> {
+  return fc.oneof(
+    fc.string({ unit: 'binary', minLength: 1, maxLength: 40 }),
+    fc.string({ unit: fc.integer({ min: 0, max: 0x9f }).map((c) => String.fromCharCode(c)), minLength: 1, maxLength: 20 }),
+    fc.constantFrom('a\u0000b', '\ud800', '\udfff\ud800', ' ', 'x'.repeat(201), 'Phone 📱'),
+  );
+}
+
+/** A new goods' body, valid but for a hostile date or title (or two). */
+function goodsBody(): fc.Arbitrary<string> {
+  const now = Date.now();
+  return fc
+    .record({
+      activityId: fc.constant(7),
+      title: fc.oneof(fc.constant('Fuzzed goods'), hostileTitle()),
+      priceCents: fc.constant(100),
+      stock: fc.constant(1),
+      startAt: fc.oneof(fc.constant(now), hostileDate()),
+      endAt: fc.oneof(fc.constant(now + 3_600_000), hostileDate()),
+    })
+    .map((v) => JSON.stringify(v));
+}
+
 function bodyFor(): fc.Arbitrary<BodyInit | undefined> {
   const field = fc.anything({ maxDepth: 1 });
   return fc.oneof(
+    { weight: 2, arbitrary: goodsBody() },
     { weight: 1, arbitrary: fc.constant(undefined) },
     { weight: 2, arbitrary: fc.json({ maxDepth: 3 }) },
     { weight: 2, arbitrary: fc.jsonValue({ maxDepth: 3 }).map((v) => JSON.stringify(v)) },
@@ -228,6 +295,27 @@ function bodyFor(): fc.Arbitrary<BodyInit | undefined> {
     { weight: 1, arbitrary: fc.constantFrom('{'.repeat(5000), `{"token":"${'x'.repeat(20_000)}"}`) },
   );
 }
+
+describe('random goods for POST /admin/goods (fast-check)', () => {
+  it('creates a goods or answers 400 INVALID_INPUT, never 5xx, for any date and title', async () => {
+    await fc.assert(
+      fc.asyncProperty(goodsBody(), async (body) => {
+        const res = await call('/admin/goods', { method: 'POST', headers: { ...ADMIN, ...json }, body });
+        expect([201, 400], `${body} -> ${res.status}`).toContain(res.status);
+        if (res.status === 400) {
+          expect(((await res.json()) as { error?: { code?: string } }).error?.code).toBe('INVALID_INPUT');
+        } else {
+          const created = (await res.json()) as { title: string; startAt: string; endAt: string };
+          // What was stored reads back: a title without control characters, dates in range.
+          expect(created.title).not.toMatch(/[\p{Cc}\p{Cs}]/u);
+          expect(Date.parse(created.startAt)).toBeGreaterThanOrEqual(Date.UTC(2000, 0, 1));
+          expect(Date.parse(created.endAt)).toBeLessThanOrEqual(Date.UTC(9999, 11, 31, 23, 59, 59, 999));
+        }
+      }),
+      { numRuns: 80, endOnFailure: true },
+    );
+  });
+});
 
 describe('random requests at every route (fast-check)', () => {
   it('never answer 5xx, and every error is in the contract shape', async () => {

@@ -11,6 +11,7 @@ import {
   driveTimeouts,
   eventually,
   json,
+  ORDER_POLL_MS,
   orderOf,
   paymentCallback,
   settled,
@@ -56,10 +57,14 @@ describe(`a mixed run: ${STOCK} units, ${2 * STOCK} shoppers, every way an order
 
     // Three pay at once through the sandbox.
     await Promise.all([p0, p1, p2].map((s) => startPayment(s, 'succeed')));
-    await eventually(async () => {
-      const statuses = await Promise.all([p0, p1, p2].map((s) => orderOf(s.jwt, s.orderId)));
-      return statuses.every((o) => o.status === 'PAID');
-    });
+    await eventually(
+      async () => {
+        const statuses = await Promise.all([p0, p1, p2].map((s) => orderOf(s.jwt, s.orderId)));
+        return statuses.every((o) => o.status === 'PAID');
+      },
+      30_000,
+      ORDER_POLL_MS,
+    );
 
     // Two cancel; two start paying but do not finish yet.
     expect((await Promise.all([cancel(c0), cancel(c1)])).map((r) => r.status)).toEqual([200, 200]);

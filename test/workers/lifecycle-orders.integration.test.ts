@@ -15,6 +15,7 @@ import {
   driveTimeouts,
   eventually,
   json,
+  ORDER_POLL_MS,
   orderOf,
   paymentCallback,
   settled,
@@ -233,10 +234,14 @@ describe('payment timeouts', () => {
     const { goodsId } = await createGoods({ stock: 1, payTimeoutSeconds: 1 });
     const { orderId, jwt } = await buyOrder('timeout-real', goodsId);
     // The timeout message was sent with delaySeconds = 1 when the order was written.
-    const closed = await eventually(async () => {
-      const o = await orderOf(jwt, orderId);
-      return o.status === 'CLOSED_TIMEOUT' ? o : undefined;
-    }, 20_000);
+    const closed = await eventually(
+      async () => {
+        const o = await orderOf(jwt, orderId);
+        return o.status === 'CLOSED_TIMEOUT' ? o : undefined;
+      },
+      20_000,
+      ORDER_POLL_MS,
+    );
     expect(closed.closedAt).toBeDefined();
     expect(await settled(goodsId)).toMatchObject({ doRemaining: 1, dbStock: 1, orders: { CLOSED_TIMEOUT: 1 } });
   });

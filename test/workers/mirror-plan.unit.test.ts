@@ -41,13 +41,20 @@ describe('mirror key layout', () => {
     expect(users.at(-1)).toEqual({ op: 'rename', from: 'seckill:users:7:rebuild', to: 'seckill:users:7' });
   });
 
-  it('writes QUEUED without overwriting a final answer, and final answers with the long TTL', () => {
+  it("writes the seed's plain result string and its owner beside it; QUEUED never overwrites, finals keep the long TTL", () => {
     const queued = fullOps({ goods, remaining: 1, holders: ['a'], results: [{ requestId: '7.x', userId: 'a', value: 'QUEUED' }] });
-    expect(queued).toContainEqual({ op: 'hsetnx', key: 'seckill:result:7.x', field: 'result', value: 'QUEUED' });
-    expect(queued).toContainEqual({ op: 'expire', key: 'seckill:result:7.x', seconds: QUEUED_TTL_SECONDS, onlyIfNone: true });
+    const seconds = QUEUED_TTL_SECONDS;
+    expect(queued.slice(-2)).toEqual([
+      { op: 'setex', key: 'seckill:result:7.x', value: 'QUEUED', seconds, onlyIfAbsent: true },
+      { op: 'setex', key: 'seckill:result-owner:7.x', value: 'a', seconds, onlyIfAbsent: true },
+    ]);
     const done = fullOps({ goods, remaining: 1, holders: ['a'], results: [{ requestId: '7.x', userId: 'a', value: 'SUCCESS:7-1' }] });
-    expect(done).toContainEqual({ op: 'hset', key: 'seckill:result:7.x', fields: { result: 'SUCCESS:7-1', userId: 'a' } });
-    expect(done).toContainEqual({ op: 'expire', key: 'seckill:result:7.x', seconds: FINAL_TTL_SECONDS });
+    expect(done.slice(-2)).toEqual([
+      { op: 'setex', key: 'seckill:result:7.x', value: 'SUCCESS:7-1', seconds: FINAL_TTL_SECONDS, onlyIfAbsent: false },
+      { op: 'setex', key: 'seckill:result-owner:7.x', value: 'a', seconds: FINAL_TTL_SECONDS, onlyIfAbsent: false },
+    ]);
+    // No hash anywhere under a result key (a seed tool's GET would answer WRONGTYPE).
+    expect(done.filter((o) => o.op === 'hset' && o.key.startsWith('seckill:result'))).toEqual([]);
   });
 });
 
@@ -66,9 +73,9 @@ describe('mirror deltas', () => {
     expect(ops.filter((o) => o.op === 'set')).toEqual([{ op: 'set', key: 'seckill:stock:7', value: '8' }]);
     expect(ops).toContainEqual({ op: 'sadd', key: 'seckill:users:7', members: ['a'] });
     expect(ops).toContainEqual({ op: 'srem', key: 'seckill:users:7', members: ['b'] });
-    expect(ops.filter((o) => 'key' in o && o.key === 'seckill:result:7.r')).toEqual([
-      { op: 'hset', key: 'seckill:result:7.r', fields: { result: 'SUCCESS:7-3', userId: 'a' } },
-      { op: 'expire', key: 'seckill:result:7.r', seconds: FINAL_TTL_SECONDS },
+    expect(ops.filter((o) => 'key' in o && o.key.endsWith(':7.r'))).toEqual([
+      { op: 'setex', key: 'seckill:result:7.r', value: 'SUCCESS:7-3', seconds: FINAL_TTL_SECONDS, onlyIfAbsent: false },
+      { op: 'setex', key: 'seckill:result-owner:7.r', value: 'a', seconds: FINAL_TTL_SECONDS, onlyIfAbsent: false },
     ]);
   });
 
@@ -80,8 +87,15 @@ describe('mirror deltas', () => {
       results: Array.from({ length: 300 }, (_, i) => ({ requestId: `7.${i}`, userId: 'u', value: 'FAIL:SOLD_OUT' as const })),
     });
     const batches = pipelines(ops, 200);
-    expect(batches.length).toBe(Math.ceil(ops.length / 200));
     expect(batches.flat()).toEqual(ops);
+    expect(batches.every((b) => b.length <= 201)).toBe(true);
+    // Every answer travels with its owner: no pipeline starts with an owner or ends with a bare answer.
+    for (const b of batches) {
+      const first = b[0];
+      const last = b.at(-1);
+      expect(first?.op === 'setex' && first.key.startsWith('seckill:result-owner:')).toBe(false);
+      expect(last?.op === 'setex' && last.key.startsWith('seckill:result:')).toBe(false);
+    }
   });
 });
 

@@ -80,16 +80,19 @@ describe.skipIf(!redis)('Redis mirror', () => {
 
     for (const a of accepted) {
       const requestId = String(a.body.requestId);
+      // The seed's layout: a plain string a tool reads with GET (a hash here answers WRONGTYPE).
       const result = await eventually(async () => {
-        const h = await hash(`seckill:result:${requestId}`);
-        return h.result?.startsWith('SUCCESS:') ? h : undefined;
+        const value = await redis?.get<string>(`seckill:result:${requestId}`);
+        return value?.startsWith('SUCCESS:') ? value : undefined;
       });
-      expect(result.userId).toBe(a.userId);
+      expect(await redis?.type(`seckill:result:${requestId}`)).toBe('string');
+      expect(await redis?.get(`seckill:result-owner:${requestId}`)).toBe(a.userId);
       // The result route answers the same as the mirror holds.
       const routed = await json(await call(`/api/seckill/result/${requestId}`, { headers: bearer(a.jwt) }));
-      expect(routed).toEqual({ requestId, status: 'SUCCESS', orderId: result.result?.slice('SUCCESS:'.length) });
-      // A final answer is kept for a day, not the short QUEUED lifetime.
+      expect(routed).toEqual({ requestId, status: 'SUCCESS', orderId: result.slice('SUCCESS:'.length) });
+      // A final answer and its owner are kept for a day, not the short QUEUED lifetime.
       expect(await redis?.ttl(`seckill:result:${requestId}`)).toBeGreaterThan(3600);
+      expect(await redis?.ttl(`seckill:result-owner:${requestId}`)).toBeGreaterThan(3600);
     }
   });
 
@@ -107,7 +110,7 @@ describe.skipIf(!redis)('Redis mirror', () => {
     const m = await mirrorOf(goodsId);
     expect(m.stock).toBe('1');
     expect(m.users).toEqual(['m-hal']);
-    expect((await hash(`seckill:result:${requestId}`)).result).toBe(`SUCCESS:${orderId}`);
+    expect(await redis?.get(`seckill:result:${requestId}`)).toBe(`SUCCESS:${orderId}`);
   });
 
   it('follows a pause and a resume in the goods hash', async () => {
@@ -125,15 +128,15 @@ describe.skipIf(!redis)('Redis mirror', () => {
     const stranger = await devToken('m-jon');
     // A request only the mirror knows: the route can have answered from nowhere else.
     const requestId = `${goodsId}.mirrorOnlyRequest00001`;
-    await redis?.hset(`seckill:result:${requestId}`, { result: 'FAIL:SOLD_OUT', userId: 'm-ida' });
-    await redis?.expire(`seckill:result:${requestId}`, 60);
+    await redis?.set(`seckill:result:${requestId}`, 'FAIL:SOLD_OUT', { ex: 60 });
+    await redis?.set(`seckill:result-owner:${requestId}`, 'm-ida', { ex: 60 });
     const mine = await call(`/api/seckill/result/${requestId}`, { headers: bearer(owner) });
     expect(mine.status).toBe(200);
     expect(await json(mine)).toEqual({ requestId, status: 'FAIL', reason: 'SOLD_OUT' });
     expect((await call(`/api/seckill/result/${requestId}`, { headers: bearer(stranger) })).status).toBe(404);
 
     // An entry the route cannot trust (an unknown reason) sends it to the object, which knows nothing.
-    await redis?.hset(`seckill:result:${requestId}`, { result: 'FAIL:GREMLINS' });
+    await redis?.set(`seckill:result:${requestId}`, 'FAIL:GREMLINS', { ex: 60 });
     expect((await call(`/api/seckill/result/${requestId}`, { headers: bearer(owner) })).status).toBe(404);
 
     // A real purchase whose mirror entry is gone is still answered, by the object.
@@ -142,6 +145,28 @@ describe.skipIf(!redis)('Redis mirror', () => {
     await redis?.del(`seckill:result:${String(body.requestId)}`);
     const fallback = await call(`/api/seckill/result/${String(body.requestId)}`, { headers: bearer(await devToken('m-kim')) });
     expect(await json(fallback)).toMatchObject({ status: 'SUCCESS' });
+  });
+
+  it('reads a hash an older build left under a result key as absent, and the next final answer replaces it', async () => {
+    const { goodsId } = await createGoods({ stock: 2 });
+    const jwt = await devToken('m-old');
+    const { body } = await buy('m-old', goodsId, { jwt, idempotencyKey: 'old-layout-1' });
+    const requestId = String(body.requestId);
+    await settled(goodsId);
+    await mirrorSettled(goodsId);
+    // The layout of the previous version: one hash holding the answer and the owner.
+    await redis?.del(`seckill:result:${requestId}`, `seckill:result-owner:${requestId}`);
+    await redis?.hset(`seckill:result:${requestId}`, { result: 'FAIL:SOLD_OUT', userId: 'm-old' });
+    const read = await call(`/api/seckill/result/${requestId}`, { headers: bearer(jwt) });
+    expect(read.status).toBe(200);
+    // Not the hash's FAIL: the object's own answer.
+    expect(await json(read)).toMatchObject({ requestId, status: 'SUCCESS' });
+    // Reconciliation's repair (here after a lost stock key) rewrites the answer as the seed's string.
+    await redis?.del(`seckill:stock:${goodsId}`);
+    await reconcileNow(goodsId);
+    expect(await redis?.type(`seckill:result:${requestId}`)).toBe('string');
+    expect(await redis?.get(`seckill:result:${requestId}`)).toMatch(/^SUCCESS:/);
+    expect(await redis?.get(`seckill:result-owner:${requestId}`)).toBe('m-old');
   });
 
   it("shows the goods' remaining stock from the mirror, and from the object when the mirror lacks it", async () => {
@@ -162,7 +187,7 @@ describe.skipIf(!redis)('Redis mirror', () => {
     const { goodsId } = await createGoods({ stock: 1 });
     const { requestId } = await buyOrder('12345', goodsId);
     await mirrorSettled(goodsId);
-    expect((await hash(`seckill:result:${requestId}`)).userId).toBe('12345');
+    expect(await redis?.get(`seckill:result-owner:${requestId}`)).toBe('12345');
     expect((await mirrorOf(goodsId)).users).toEqual(['12345']);
     const res = await call(`/api/seckill/result/${requestId}`, { headers: bearer(await devToken('12345')) });
     expect((await json(res)).status).toBe('SUCCESS');

@@ -3,7 +3,20 @@ import { eq } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { payment, paymentEvent, refund, seckillOrder } from '../../db/schema';
 import { hmacHex } from '../../workers/kernel/crypto';
-import { bearer, buyOrder, call, createGoods, devToken, eventually, json, orderOf, paymentCallback, settled, sql } from './helpers';
+import {
+  bearer,
+  buyOrder,
+  call,
+  createGoods,
+  devToken,
+  eventually,
+  json,
+  ORDER_POLL_MS,
+  orderOf,
+  paymentCallback,
+  settled,
+  sql,
+} from './helpers';
 
 type PayAnswer = { paymentId: string; status: string; provider: string; amountCents: number; nextAction?: { kind: string; url: string } };
 
@@ -41,10 +54,14 @@ describe('paying an order with the sandbox provider', () => {
     const started = await pay(jwt, orderId);
     expect(started).toMatchObject({ status: 'PENDING', provider: 'sandbox', amountCents: 4999 });
     expect(started.paymentId).toMatch(/^pay_/);
-    const paid = await eventually(async () => {
-      const o = await orderOf(jwt, orderId);
-      return o.status === 'PAID' ? o : undefined;
-    });
+    const paid = await eventually(
+      async () => {
+        const o = await orderOf(jwt, orderId);
+        return o.status === 'PAID' ? o : undefined;
+      },
+      30_000,
+      ORDER_POLL_MS,
+    );
     expect(paid.paidAt).toBeDefined();
     expect((await paymentRow(started.paymentId))?.status).toBe('SUCCEEDED');
     const events = await eventsOf(orderId);
@@ -60,7 +77,7 @@ describe('paying an order with the sandbox provider', () => {
     await eventually(async () => (await paymentRow(first.paymentId))?.status === 'FAILED');
     expect((await orderOf(jwt, orderId)).status).toBe('PENDING_PAYMENT');
     const second = await pay(jwt, orderId, 'succeed');
-    await eventually(async () => (await orderOf(jwt, orderId)).status === 'PAID');
+    await eventually(async () => (await orderOf(jwt, orderId)).status === 'PAID', 30_000, ORDER_POLL_MS);
     expect((await paymentRow(second.paymentId))?.status).toBe('SUCCEEDED');
     expect((await eventsOf(orderId)).map((e) => e.outcome).sort()).toEqual(['FAILED', 'PAID']);
   });
@@ -93,7 +110,7 @@ describe('paying an order with the sandbox provider', () => {
     expect(closedWindow.status).toBe(409);
 
     await pay(jwt, orderId);
-    await eventually(async () => (await orderOf(jwt, orderId)).status === 'PAID');
+    await eventually(async () => (await orderOf(jwt, orderId)).status === 'PAID', 30_000, ORDER_POLL_MS);
     const again = await call(`/api/orders/${orderId}/pay`, { method: 'POST', headers: bearer(jwt), json: {} });
     expect(again.status).toBe(409);
     expect(await json(again)).toMatchObject({ error: { code: 'CONFLICT' } });

@@ -10,8 +10,13 @@ import { GroupCommit, type WaitUntil } from './group-commit';
 // client key; this module is the edge's side: who the client is, a local memory of bans so a
 // banned client costs no object call, and the coarse Rate Limiting shield in front of it all.
 
-/** The sale routes the limits count separately per shopper. */
+/** The sale routes the limits count separately per shopper (and together per address). */
 export type SaleAction = 'challenge' | 'token' | 'purchase';
+/** The order routes, counted the same way but apart from the sale's, so reading an order never eats the purchase budget. */
+export type OrderAction = 'order' | 'pay' | 'cancel' | 'sandbox';
+export type ClientAction = SaleAction | OrderAction;
+
+const SALE_ACTIONS: readonly ClientAction[] = ['challenge', 'token', 'purchase'];
 
 /** The shield binding's settings in wrangler.toml ([[ratelimits]] IP_SHIELD): 1000 per 10 s. */
 export const SHIELD_LIMIT = 1_000;
@@ -62,17 +67,22 @@ export function ipKey(ip: string): string {
     .join(':')}::/64`;
 }
 
-/** The client's keys: its address (or, without one, a per-shopper stand-in) and the shopper. */
-export function clientKeys(ip: string | undefined, userId: string, action: SaleAction, limits: Limits): AdmitKey[] {
+/**
+ * The client's keys: its address (or, without one, a per-shopper stand-in) and the shopper. The
+ * address has one rate window for the sale routes and one for the order routes; the shopper one
+ * per route. A ban counts every request of the key, whatever the route.
+ */
+export function clientKeys(ip: string | undefined, userId: string, action: ClientAction, limits: Limits): AdmitKey[] {
   return [
-    { id: ip ? ipKey(ip) : `anon:${userId}`, scope: 'sale', perSecond: limits.perIpPerSecond },
+    { id: ip ? ipKey(ip) : `anon:${userId}`, scope: SALE_ACTIONS.includes(action) ? 'sale' : 'orders', perSecond: limits.perIpPerSecond },
     { id: `user:${userId}`, scope: action, perSecond: limits.perUserPerSecond },
   ];
 }
 
 const localBans = new Map<string, { until: number; trustUntil: number }>();
 
-function rememberBan(id: string, until: number, now: number): void {
+/** Remembers a ban a guard shard reported, so this isolate refuses the client at once for a while. */
+export function rememberBan(id: string, until: number, now: number): void {
   if (localBans.size >= LOCAL_BANS_MAX) {
     for (const [key, ban] of localBans) {
       if (ban.trustUntil <= now) {
@@ -133,6 +143,11 @@ export async function shield(env: Env, ip: string | undefined, limits: Limits): 
   }
 }
 
+/** The ban rule of the runtime limits, as the guard shards apply it. */
+export function banPolicy(limits: Limits): BanPolicy {
+  return { threshold: limits.banThreshold, windowMs: limits.banWindowSeconds * 1000, durationMs: limits.banSeconds * 1000 };
+}
+
 /** A request's keys of one shard; the first of a batch is its sender's (its `env` makes the stub). */
 type AdmitCall = { env: Env; keys: AdmitKey[]; policy: BanPolicy };
 
@@ -162,7 +177,7 @@ export async function admitClient(env: Env, keys: AdmitKey[], limits: Limits, wa
     keys.map((k) => k.id),
     now,
   );
-  const policy = { threshold: limits.banThreshold, windowMs: limits.banWindowSeconds * 1000, durationMs: limits.banSeconds * 1000 };
+  const policy = banPolicy(limits);
   const groups = new Map<string, AdmitKey[]>();
   for (const key of keys) {
     const shard = guardShardName(key.id);

@@ -1,4 +1,4 @@
-import { withDbFor } from '../../db/client';
+import { dbOptions, httpDb } from '../../db/client';
 import { type GoodsRow, listCurrentGoods } from '../../db/goods';
 import type { Config } from '../kernel/config';
 import { AppError } from '../kernel/errors';
@@ -44,7 +44,8 @@ export async function currentGoods(config: Config, now = Date.now()): Promise<Ma
 }
 
 async function reload(config: Config): Promise<void> {
-  const rows = await withDbFor(config, (d) => listCurrentGoods(d, Date.now(), ENDED_VISIBLE_MS));
+  // One statement over SQL over HTTP: no Postgres session opened for it.
+  const rows = await listCurrentGoods(httpDb(dbOptions(config)), Date.now(), ENDED_VISIBLE_MS);
   cache.byId = new Map(rows.map((r) => [r.id, r]));
   cache.at = Date.now();
 }

@@ -1,9 +1,9 @@
 import type { GoodsRow } from '../../db/goods';
-import type { FailReason } from '../kernel/contract';
+import type { FailReason, ReserveOutcome } from '../kernel/contract';
 import { randomId, sha256B64 } from '../kernel/crypto';
 import { AppError, type ErrorCode } from '../kernel/errors';
 import { type PurchaseToken, verifyPurchase } from './signed';
-import { knownSoldOut } from './sold-out';
+import { keyedMayPassSoldOut, knownSoldOut } from './sold-out';
 
 // The purchase's decisions at the edge, without Hono: what the isolate's copies can answer,
 // the token check, the purchase id, and the contract's answer for the object's refusals.
@@ -11,12 +11,16 @@ import { knownSoldOut } from './sold-out';
 
 /** One-time purchase tokens live 60 s (seed: token and path valid 60 s). */
 export const PURCHASE_TOKEN_TTL_MS = 60_000;
+/**
+ * How long after its token expired a keyed retry may still reach the object, to be replayed
+ * the answer its client missed. Minutes, not more: beyond it the edge answers TOKEN_INVALID.
+ */
+export const KEYED_GRACE_MS = 3 * 60_000;
 
 /**
  * What the edge can answer for a purchase without the goods' object, from isolate-local copies:
  * ended, not started, paused (the goods list, a few seconds old), sold out (trusted a few
- * seconds). Only for requests without an Idempotency-Key: a keyed retry may be owed the answer
- * the object gave it earlier, so it always goes through.
+ * seconds). For requests without an Idempotency-Key; keyed ones have refuseKeyedFromCopies.
  */
 export function refuseFromCopies(goods: GoodsRow, now: number): void {
   refuseIfEnded(goods, now);
@@ -31,6 +35,34 @@ export function refuseFromCopies(goods: GoodsRow, now: number): void {
   }
 }
 
+/**
+ * The same answers for a request with an Idempotency-Key, which may be owed the answer the
+ * object gave its key before. It passes only where that can be so: never before the start
+ * (nothing was accepted then); after the end or while paused only while its token is within
+ * its lifetime and the grace; after a sell-out only if the object answered this key (see
+ * keyedMayPassSoldOut). `tokenExpiresAt` is the token's claim, not yet verified: a forged one
+ * can only send the request on to the checks that verify it.
+ */
+export function refuseKeyedFromCopies(
+  goods: GoodsRow,
+  keyed: { requestId: string; tokenExpiresAt: number | undefined },
+  now: number,
+): void {
+  const inGrace = keyed.tokenExpiresAt !== undefined && now < keyed.tokenExpiresAt + KEYED_GRACE_MS;
+  if (!inGrace) {
+    refuseIfEnded(goods, now);
+  }
+  if (now < goods.startAt.getTime()) {
+    throw new AppError('NOT_STARTED');
+  }
+  if (goods.status === 1 && !inGrace) {
+    throw new AppError('PAUSED');
+  }
+  if (!keyedMayPassSoldOut(goods.id, keyed.requestId, now)) {
+    throw new AppError('SOLD_OUT');
+  }
+}
+
 /** 410 ENDED once the goods' sale window has closed (every sale route checks this first). */
 export function refuseIfEnded(goods: GoodsRow, now: number): void {
   if (now >= goods.endAt.getTime()) {
@@ -39,8 +71,9 @@ export function refuseIfEnded(goods: GoodsRow, now: number): void {
 }
 
 /**
- * The purchase token and hidden path, or 403 TOKEN_INVALID. With an Idempotency-Key an expired
- * token may still replay its first answer (the object decides); without one it is refused here.
+ * The purchase token and hidden path, or 403 TOKEN_INVALID. With an Idempotency-Key a token
+ * expired less than KEYED_GRACE_MS ago may still replay its first answer (the object decides);
+ * without one, or later, it is refused here.
  */
 export async function checkPurchaseToken(
   secret: string,
@@ -53,7 +86,7 @@ export async function checkPurchaseToken(
     input.path,
     input.userId,
     input.goodsId,
-    now - (input.keyed ? PURCHASE_TOKEN_TTL_MS * 60 : 0),
+    now - (input.keyed ? KEYED_GRACE_MS : 0),
   );
   if (!verified || (!input.keyed && verified.expiresAt <= now)) {
     throw new AppError('TOKEN_INVALID');
@@ -79,6 +112,14 @@ const REASON_CODE: Record<FailReason, ErrorCode> = {
   CLOSED_TIMEOUT: 'CONFLICT',
   ORDER_FAILED: 'CONFLICT',
 };
+
+/**
+ * Whether the object keeps this answer for the key and replays it to a retry (so the retry must
+ * reach it). SOLD_OUT is what the fast path says anyway; the others are not remembered.
+ */
+export function replayedToRetries(outcome: ReserveOutcome): boolean {
+  return outcome.ok || !['SOLD_OUT', 'TOKEN_INVALID', 'BUSY', 'NOT_FOUND'].includes(outcome.reason);
+}
 
 /** The contract's answer to a reservation the object refused. */
 export function refusal(reason: FailReason): AppError {

@@ -1,6 +1,13 @@
 // Shopper JWTs come from the shop's own login: HS256 with a shared secret, or RS256/ES256
-// signed by keys it publishes as a JWKS. The key set is cached per isolate so a sale does
-// not fetch it once per click; an unknown `kid` (key rotation) refetches, at most once a minute.
+// signed by keys it publishes as a JWKS. Every token must expire (`exp`) within the configured
+// lifetime, and carry `iss` / `aud` when those are configured.
+//
+// The key set is cached per isolate so a sale does not fetch it once per click. Once it is
+// stale it is still served while ONE refresh per isolate runs in the background (waitUntil),
+// so a slow or dead login server never holds a shopper's request; no request ever awaits a
+// fetch another request started (workerd cancels such a wait). Only an isolate with no keys
+// at all, or a token with an unknown `kid` (key rotation, at most once a minute), waits for a
+// fetch of its own.
 import { verify, verifyWithJwks } from 'hono/jwt';
 import type { HonoJsonWebKey } from 'hono/utils/jwt/jws';
 import { decodeHeader } from 'hono/utils/jwt/jwt';
@@ -29,7 +36,20 @@ const Jwk = z.object({
 });
 const JwksBody = z.object({ keys: z.array(z.unknown()) });
 
-type KeySet = { keys: HonoJsonWebKey[]; fetchedAt: number };
+/** A refresh not finished after this long is presumed lost (its request was cancelled). */
+const REFRESH_STUCK_MS = 2 * FETCH_TIMEOUT_MS;
+
+/** Schedules work that must finish even if the request that started it ends (ctx.waitUntil). */
+export type WaitUntil = (promise: Promise<unknown>) => void;
+
+type KeySet = {
+  keys: HonoJsonWebKey[];
+  fetchedAt: number;
+  /** When the last fetch (successful or not) started: unknown kids refetch once a minute after it. */
+  triedAt: number;
+  /** When the refresh now running started, or 0. */
+  refreshingSince: number;
+};
 const keySets = new Map<string, KeySet>();
 
 async function fetchKeys(url: string): Promise<HonoJsonWebKey[]> {
@@ -50,42 +70,103 @@ async function fetchKeys(url: string): Promise<HonoJsonWebKey[]> {
   });
 }
 
-async function keysFor(url: string, kid: string | undefined, now: number): Promise<HonoJsonWebKey[]> {
-  const cached = keySets.get(url);
-  if (cached) {
-    const age = now - cached.fetchedAt;
-    const knowsKid = cached.keys.some((k) => k.kid === kid);
-    if (age < KEYS_TTL_MS && (knowsKid || age < UNKNOWN_KID_REFETCH_MS)) {
-      return cached.keys;
-    }
+/** Fetches the set and stores it; the caller awaits only this fetch, its own. */
+async function fetchInto(url: string, now: number): Promise<HonoJsonWebKey[]> {
+  const entry = keySets.get(url);
+  if (entry) {
+    entry.triedAt = now;
   }
-  try {
-    const keys = await fetchKeys(url);
-    keySets.set(url, { keys, fetchedAt: now });
-    return keys;
-  } catch (error) {
-    if (cached) {
-      log.warn('auth.jwks_stale', { url, error });
-      return cached.keys;
-    }
-    log.error('auth.jwks_unavailable', { url, error });
-    throw new AppError('UNAVAILABLE', 'the login keys cannot be fetched right now, please retry');
+  const keys = await fetchKeys(url);
+  keySets.set(url, { keys, fetchedAt: now, triedAt: now, refreshingSince: 0 });
+  return keys;
+}
+
+/** Starts a refresh in the background unless one is running; the stale set keeps serving meanwhile. */
+function refreshInBackground(url: string, cached: KeySet, now: number, waitUntil: WaitUntil | undefined): void {
+  if (cached.refreshingSince > 0 && now - cached.refreshingSince < REFRESH_STUCK_MS) {
+    return;
+  }
+  cached.refreshingSince = now;
+  const refresh = fetchInto(url, now).catch((error: unknown) => {
+    cached.refreshingSince = 0;
+    log.warn('auth.jwks_stale', { url, error });
+  });
+  if (waitUntil) {
+    waitUntil(refresh);
+  } else {
+    // No execution context (a direct call): the refresh runs on its own; failures are logged above.
+    void refresh;
   }
 }
 
-/** Verifies a shopper token with the configured method; throws AppError when the keys are unreachable. */
-export async function verifyShopperToken(token: string, auth: ShopperAuthConfig, now = Date.now()): Promise<JWTPayload> {
+async function keysFor(url: string, kid: string | undefined, now: number, waitUntil: WaitUntil | undefined): Promise<HonoJsonWebKey[]> {
+  const cached = keySets.get(url);
+  if (!cached) {
+    try {
+      return await fetchInto(url, now);
+    } catch (error) {
+      log.error('auth.jwks_unavailable', { url, error });
+      throw new AppError('UNAVAILABLE', 'the login keys cannot be fetched right now, please retry');
+    }
+  }
+  const knowsKid = cached.keys.some((k) => k.kid === kid);
+  const refreshing = cached.refreshingSince > 0 && now - cached.refreshingSince < REFRESH_STUCK_MS;
+  if (!knowsKid && !refreshing && now - cached.triedAt >= UNKNOWN_KID_REFETCH_MS) {
+    // Perhaps the login rotated its keys: this request looks for itself, once a minute.
+    try {
+      return await fetchInto(url, now);
+    } catch (error) {
+      log.warn('auth.jwks_stale', { url, error });
+      return cached.keys;
+    }
+  }
+  if (now - cached.fetchedAt >= KEYS_TTL_MS) {
+    refreshInBackground(url, cached, now, waitUntil);
+  }
+  return cached.keys;
+}
+
+/**
+ * Every token must expire, and within `maxSeconds` of when it was issued (or of now, for a token
+ * without `iat`): a token that never expires is a password that cannot be changed.
+ */
+function checkLifetime(payload: JWTPayload, maxSeconds: number, now: number): void {
+  const exp = payload.exp;
+  if (typeof exp !== 'number' || !Number.isFinite(exp)) {
+    throw new AppError('UNAUTHENTICATED', 'the token has no expiry (exp): sign in again');
+  }
+  const nowSeconds = Math.floor(now / 1000);
+  const issuedAt = typeof payload.iat === 'number' && Number.isFinite(payload.iat) ? payload.iat : nowSeconds;
+  if (exp - issuedAt > maxSeconds || exp - nowSeconds > maxSeconds) {
+    throw new AppError('UNAUTHENTICATED', `the token lives longer than the ${maxSeconds} s this shop accepts: sign in again`);
+  }
+}
+
+/**
+ * Verifies a shopper token with the configured method and its lifetime; throws AppError
+ * (UNAUTHENTICATED with the reason, or UNAVAILABLE when no keys can be had). `waitUntil` keeps
+ * a background refresh of the key set alive after the request has its answer.
+ */
+export async function verifyShopperToken(
+  token: string,
+  auth: ShopperAuthConfig,
+  now = Date.now(),
+  waitUntil?: WaitUntil,
+): Promise<JWTPayload> {
   const verification = { iss: auth.issuer, aud: auth.audience };
   // The header alone picks the method; verify() reads the payload itself.
   const { alg, kid } = decodeHeader(token);
+  let payload: JWTPayload;
   if (alg === 'HS256' && auth.hs256Secret) {
-    return verify(token, await hmacKey(auth.hs256Secret), { alg, ...verification });
+    payload = await verify(token, await hmacKey(auth.hs256Secret), { alg, ...verification });
+  } else if ((alg === 'RS256' || alg === 'ES256') && auth.jwksUrl) {
+    const keys = await keysFor(auth.jwksUrl, kid, now, waitUntil);
+    payload = await verifyWithJwks(token, { keys, allowedAlgorithms: ASYMMETRIC, verification });
+  } else {
+    throw new Error(`tokens signed with ${alg} are not accepted`);
   }
-  if ((alg === 'RS256' || alg === 'ES256') && auth.jwksUrl) {
-    const keys = await keysFor(auth.jwksUrl, kid, now);
-    return verifyWithJwks(token, { keys, allowedAlgorithms: ASYMMETRIC, verification });
-  }
-  throw new Error(`tokens signed with ${alg} are not accepted`);
+  checkLifetime(payload, auth.maxLifetimeSeconds, now);
+  return payload;
 }
 
 /** Forgets cached key sets (tests). */

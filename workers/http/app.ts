@@ -18,7 +18,11 @@ import { payments } from './routes/payments';
 import { purchase } from './routes/purchase';
 import { result } from './routes/result';
 
-/** The shopper API under /api/seckill: every route first meets the client's address, the runtime limits and the shield. */
+/**
+ * The shopper API under /api/seckill: every route first meets the client's address, the runtime
+ * limits and the shield. The order routes and the sandbox checkout meet the same, in their own
+ * modules; the payment provider's webhook does not (it is the provider calling, signed).
+ */
 const shopper = new Hono<AppEnv>()
   .use(clientAddress, loadLimits, ipShield)
   .route('/', goods)

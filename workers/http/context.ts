@@ -28,10 +28,10 @@ export type AppEnv = {
     purchasePath: string;
     /** The client's Idempotency-Key, when it sent one (idempotencyKey). */
     idempotencyKey: string | undefined;
+    /** The purchase's request id, which the 202 answers as `requestId` (purchaseRequest). */
+    purchaseId: string;
     /** The verified token (verifyToken). */
     verified: PurchaseToken;
-    /** The purchase's request id, which the 202 answers as `requestId` (verifyToken). */
-    purchaseId: string;
   };
 };
 

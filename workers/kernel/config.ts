@@ -28,6 +28,27 @@ const text = z
   .string()
   .optional()
   .transform((v) => (v ? v : undefined));
+/** Shopper tokens may live at most this long unless AUTH_JWT_MAX_LIFETIME_SECONDS says otherwise. */
+export const DEFAULT_JWT_MAX_LIFETIME_SECONDS = 24 * 3600;
+const MAX_JWT_LIFETIME_SECONDS = 30 * 24 * 3600;
+
+/** A whole number of seconds in [1, max]; unset or empty means `fallback`. */
+function seconds(fallback: number, max: number) {
+  return z
+    .string()
+    .optional()
+    .transform((v, ctx) => {
+      if (!v) {
+        return fallback;
+      }
+      if (!/^[1-9][0-9]{0,9}$/.test(v) || Number(v) > max) {
+        ctx.addIssue({ code: 'custom', message: `must be a whole number of seconds from 1 to ${max}` });
+        return z.NEVER;
+      }
+      return Number(v);
+    });
+}
+
 const flag = z
   .enum(['true', 'false', '1', '0', ''], { error: 'must be "true" or "false"' })
   .optional()
@@ -43,6 +64,7 @@ const EnvSchema = z.object({
   AUTH_JWKS_URL: text,
   AUTH_JWT_ISSUER: text,
   AUTH_JWT_AUDIENCE: text,
+  AUTH_JWT_MAX_LIFETIME_SECONDS: seconds(DEFAULT_JWT_MAX_LIFETIME_SECONDS, MAX_JWT_LIFETIME_SECONDS),
   ADMIN_TOKEN: text,
   TOKEN_SECRET: text,
   PAYMENT_WEBHOOK_SECRET: text,
@@ -62,8 +84,11 @@ type ParsedEnv = z.infer<typeof EnvSchema>;
 export type ShopperAuthConfig = {
   hs256Secret: string | undefined;
   jwksUrl: string | undefined;
+  /** Required `iss` / `aud` claims, when set. */
   issuer: string | undefined;
   audience: string | undefined;
+  /** Every token must carry `exp`, at most this many seconds after its `iat` (or now). */
+  maxLifetimeSeconds: number;
 };
 
 export type Config = {
@@ -262,7 +287,13 @@ function toConfig(e: ParsedEnv, retry: RetrySchedule): Config {
       // Only the dev token route signs tokens; a JWKS-only shop has no key to sign with.
       return required('AUTH_JWT_SECRET', hs256Secret);
     },
-    shopperAuth: { hs256Secret, jwksUrl: e.AUTH_JWKS_URL, issuer: e.AUTH_JWT_ISSUER, audience: e.AUTH_JWT_AUDIENCE },
+    shopperAuth: {
+      hs256Secret,
+      jwksUrl: e.AUTH_JWKS_URL,
+      issuer: e.AUTH_JWT_ISSUER,
+      audience: e.AUTH_JWT_AUDIENCE,
+      maxLifetimeSeconds: e.AUTH_JWT_MAX_LIFETIME_SECONDS,
+    },
     adminToken: required('ADMIN_TOKEN', e.ADMIN_TOKEN),
     tokenSecret: required('TOKEN_SECRET', e.TOKEN_SECRET),
     paymentWebhookSecret: required('PAYMENT_WEBHOOK_SECRET', e.PAYMENT_WEBHOOK_SECRET),

@@ -175,6 +175,11 @@ export type AdmitVerdict =
   | { ok: false; reason: 'RATE_LIMITED'; id: string; retryAfterMs: number }
   | { ok: false; reason: 'BANNED'; id: string; retryAfterMs: number };
 
+/** Requests of one client key an isolate answered on its own, reported to the key's guard shard. */
+export type AnsweredCount = { id: string; hits: number };
+/** A ban in force for a client key, as a guard shard reports it back. */
+export type KnownBan = { id: string; retryAfterMs: number };
+
 /** The runtime limits as the limits store answers them. */
 export type StoredLimits = { limits: Limits; updatedAt: string | null };
 export type BanView = { id: string; until: string; createdAt: string };
@@ -191,12 +196,35 @@ export const LocationHint = z.enum(LOCATION_HINTS);
 export type GoodsPlacement = { id: number; locationHint: string | null };
 
 // HTTP bodies.
-const Millis = z.union([z.number().int(), z.string().datetime({ offset: true })]).transform((v) => new Date(v).getTime());
+
+/** Sale dates are bounded to years 2000-9999: inside what Postgres and JavaScript dates hold, and any real sale. */
+export const EARLIEST_SALE_DATE = Date.UTC(2000, 0, 1);
+export const LATEST_SALE_DATE = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+const Millis = z
+  .union([z.number().int(), z.string().datetime({ offset: true })])
+  .transform((v) => new Date(v).getTime())
+  .pipe(
+    z
+      .number({ error: 'not a valid date' })
+      .min(EARLIEST_SALE_DATE, 'must be in the years 2000-9999')
+      .max(LATEST_SALE_DATE, 'must be in the years 2000-9999'),
+  );
+
+/** Control characters (NUL included) and unpaired surrogates: Postgres text cannot hold some, and no title needs them. */
+const CONTROL_CHARACTERS = /[\p{Cc}\p{Cs}]/u;
+/** Free text a shopper sees (a goods' title): printable, one line. */
+const DisplayText = (max: number) =>
+  z
+    .string()
+    .trim()
+    .min(1)
+    .max(max)
+    .refine((t) => !CONTROL_CHARACTERS.test(t), 'must not contain control characters');
 
 export const CreateGoodsBody = z
   .object({
     activityId: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
-    title: z.string().trim().min(1).max(200),
+    title: DisplayText(200),
     imageUrl: z.string().url().max(2000).optional(),
     priceCents: z.number().int().nonnegative().max(100_000_000),
     stock: z.number().int().nonnegative().max(10_000_000),

@@ -1,6 +1,6 @@
 import { Redis } from '@upstash/redis/cloudflare';
 import { count } from '../metrics/registry';
-import { goodsKey, type ParsedResult, parseResult, resultKey, stockKey, usersKey } from './keys';
+import { goodsKey, type ParsedResult, parseResult, resultKey, resultOwnerKey, stockKey, usersKey } from './keys';
 import { type MirrorOp, pipelines } from './plan';
 
 // The Upstash client, wrapped so Redis can never slow a shopper down: every call has a short
@@ -102,14 +102,11 @@ export async function writeMirror(config: RedisConfig, ops: MirrorOp[], options:
             case 'hset':
               p.hset(op.key, op.fields);
               break;
-            case 'hsetnx':
-              p.hsetnx(op.key, op.field, op.value);
-              break;
-            case 'expire':
-              if (op.onlyIfNone) {
-                p.expire(op.key, op.seconds, 'NX');
+            case 'setex':
+              if (op.onlyIfAbsent) {
+                p.set(op.key, op.value, { ex: op.seconds, nx: true });
               } else {
-                p.expire(op.key, op.seconds);
+                p.set(op.key, op.value, { ex: op.seconds });
               }
               break;
             case 'sadd': {
@@ -168,11 +165,15 @@ export async function readStocks(config: RedisConfig, goodsIds: number[]): Promi
 
 export type MirroredResult = ParsedResult & { userId: string };
 
-/** A request's answer from the mirror; `undefined` when absent, malformed or unreachable. */
+/**
+ * A request's answer from the mirror: its string and its owner in one round trip (MGET).
+ * `undefined` when absent, malformed or unreachable. A key of another type (the hash an older
+ * build wrote there) reads as nil, so it is absent too, and the caller asks the object.
+ */
 export async function readResult(config: RedisConfig, requestId: string): Promise<MirroredResult | undefined> {
   try {
     const [value, userId] = await guarded(config, {}, (redis) =>
-      redis.hmget<Record<string, unknown>>(resultKey(requestId), 'result', 'userId'),
+      redis.mget<unknown[]>(resultKey(requestId), resultOwnerKey(requestId)),
     ).then((r): unknown[] => (Array.isArray(r) ? r : []));
     const parsed = parseResult(value);
     if (!parsed || typeof userId !== 'string' || userId === '') {

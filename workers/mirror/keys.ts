@@ -15,11 +15,15 @@ export const usersKey = (goodsId: number) => `seckill:users:${goodsId}`;
 /** Scratch key a full rebuild of the users set is written to before it is renamed over. */
 export const usersRebuildKey = (goodsId: number) => `seckill:users:${goodsId}:rebuild`;
 /**
- * A purchase request's answer, a hash: `result` holds the seed's string (`QUEUED`,
- * `SUCCESS:{orderId}`, `FAIL:{reason}`) and `userId` its owner, so the result route can check
- * ownership without asking the object.
+ * A purchase request's answer, the seed's plain string (`QUEUED`, `SUCCESS:{orderId}`,
+ * `FAIL:{reason}`), so a tool written for the seed reads it with GET.
  */
 export const resultKey = (requestId: string) => `seckill:result:${requestId}`;
+/**
+ * The user id that owns a request, beside its answer (written in the same pipeline, with the
+ * same lifetime), so the result route checks ownership without asking the object.
+ */
+export const resultOwnerKey = (requestId: string) => `seckill:result-owner:${requestId}`;
 
 /**
  * A QUEUED answer lives briefly: if the final answer never reaches the mirror (a lost write),

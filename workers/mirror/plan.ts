@@ -5,6 +5,7 @@ import {
   QUEUED_TTL_SECONDS,
   type ResultValue,
   resultKey,
+  resultOwnerKey,
   startKey,
   stockKey,
   usersKey,
@@ -18,9 +19,9 @@ import {
 /** One Redis command of a mirror write. */
 export type MirrorOp =
   | { op: 'set'; key: string; value: string }
+  /** SET with a lifetime; `onlyIfAbsent` is SET ... NX (an existing value is left as it is). */
+  | { op: 'setex'; key: string; value: string; seconds: number; onlyIfAbsent: boolean }
   | { op: 'hset'; key: string; fields: Record<string, string> }
-  | { op: 'hsetnx'; key: string; field: string; value: string }
-  | { op: 'expire'; key: string; seconds: number; onlyIfNone?: boolean }
   | { op: 'sadd'; key: string; members: string[] }
   | { op: 'srem'; key: string; members: string[] }
   | { op: 'del'; key: string }
@@ -99,22 +100,17 @@ export function goodsOps(g: MirrorGoods): MirrorOp[] {
 }
 
 /**
- * A request's answer. QUEUED never overwrites a final answer (a late write of an earlier
- * state must not undo a later one) and keeps a short TTL; a final answer overwrites and
- * keeps a long one.
+ * A request's answer and its owner, two plain strings side by side (the seed's layout keeps the
+ * answer alone under its key). QUEUED never overwrites a final answer (a late write of an
+ * earlier state must not undo a later one) and keeps a short TTL; a final answer overwrites and
+ * keeps a long one. The two commands are adjacent, so they always travel in one pipeline.
  */
 export function resultOps(r: MirrorResult): MirrorOp[] {
-  const key = resultKey(r.requestId);
-  if (r.value === 'QUEUED') {
-    return [
-      { op: 'hsetnx', key, field: 'result', value: 'QUEUED' },
-      { op: 'hset', key, fields: { userId: r.userId } },
-      { op: 'expire', key, seconds: QUEUED_TTL_SECONDS, onlyIfNone: true },
-    ];
-  }
+  const queued = r.value === 'QUEUED';
+  const seconds = queued ? QUEUED_TTL_SECONDS : FINAL_TTL_SECONDS;
   return [
-    { op: 'hset', key, fields: { result: r.value, userId: r.userId } },
-    { op: 'expire', key, seconds: FINAL_TTL_SECONDS },
+    { op: 'setex', key: resultKey(r.requestId), value: r.value, seconds, onlyIfAbsent: queued },
+    { op: 'setex', key: resultOwnerKey(r.requestId), value: r.userId, seconds, onlyIfAbsent: queued },
   ];
 }
 
@@ -174,7 +170,23 @@ export function fullOps(state: MirrorFullState): MirrorOp[] {
   return ops;
 }
 
-/** Splits commands into pipelines sent one after another (order is kept across them). */
+/**
+ * Splits commands into pipelines sent one after another (order is kept across them). A
+ * request's answer and its owner are never split apart: a pipeline may run one over `size`.
+ */
 export function pipelines(ops: MirrorOp[], size = 200): MirrorOp[][] {
-  return chunks(ops, size);
+  const out: MirrorOp[][] = [];
+  let current: MirrorOp[] = [];
+  for (const [i, op] of ops.entries()) {
+    const pairedWithPrevious = op.op === 'setex' && op.key.startsWith(resultOwnerKey('')) && ops[i - 1]?.op === 'setex';
+    if (current.length >= size && !pairedWithPrevious) {
+      out.push(current);
+      current = [];
+    }
+    current.push(op);
+  }
+  if (current.length > 0) {
+    out.push(current);
+  }
+  return out;
 }

@@ -10,7 +10,7 @@ import type { ShopperContext } from './context';
 import { GoodsView } from './goods-view';
 import { type ShopperKey, shopperMessages } from './messages';
 import { OrderView } from './order-view';
-import { clearSession, currentSession, saveSession, takeHandoff } from './session';
+import { clearSession, currentSession, loginUrl, saveSession, takeHandoff } from './session';
 
 // The shopper page: `/` lists the sales, `/?goods=<id>` is one sale.
 
@@ -20,7 +20,14 @@ const GoodsParam = z.string().check(z.regex(/^[1-9][0-9]{0,15}$/));
 const i18n = new I18n(shopperMessages);
 i18n.apply(document);
 i18n.bindToggle(byId('lang', HTMLButtonElement));
-takeHandoff();
+// A hand-over the page did not ask for could sign the shopper in as someone else: ask first.
+takeHandoff((plan) =>
+  window.confirm(
+    plan.current
+      ? i18n.t('handoffSwitch', { current: plan.current.userId, user: plan.session.userId })
+      : i18n.t('handoffSignIn', { user: plan.session.userId }),
+  ),
+);
 
 const els = {
   who: byId('who', HTMLElement),
@@ -29,6 +36,7 @@ const els = {
   loginForm: byId('login-form', HTMLFormElement),
   userId: byId('user-id', HTMLInputElement),
   loginError: byId('login-error', HTMLElement),
+  shopLogin: byId('shop-login', HTMLButtonElement),
   pageError: byId('page-error', HTMLElement),
 };
 
@@ -104,6 +112,15 @@ els.signOut.addEventListener('click', () => {
   }
   els.userId.focus();
 });
+
+// The shop's own login, when configured: the page starts the sign-in, so it can tell its answer.
+const shopLoginUrl = document.querySelector<HTMLMetaElement>('meta[name="login-url"]')?.content;
+if (shopLoginUrl) {
+  els.shopLogin.hidden = false;
+  els.shopLogin.addEventListener('click', () => {
+    location.assign(loginUrl(shopLoginUrl, `${location.origin}${location.pathname}${location.search}`));
+  });
+}
 
 i18n.onChange(renderSession);
 renderSession();

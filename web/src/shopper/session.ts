@@ -6,9 +6,18 @@ import * as z from 'zod/mini';
 //  - in production the shop's login redirects to this page with `#jwt=<token>` in the
 //    fragment (fragments never reach servers, logs or Referer headers); the page stores it
 //    and removes it from the address bar at once.
+//
+// A hand-over link is a way to sign someone in as someone else (login CSRF: a link carrying
+// the attacker's token, and the victim buys for the attacker). So a hand-over is taken
+// silently only when it answers a sign-in this page started: the page sends the shopper to the
+// shop's login with `state=<nonce>` it keeps, and the login returns `#jwt=...&state=<nonce>`.
+// A hand-over without that state is taken only after the shopper confirms (or when it is the
+// shopper already signed in, with a fresh token); one with a state that is not ours is dropped.
 
 const STORAGE_KEY = 'seckill:jwt';
+const NONCE_KEY = 'seckill:handoff-state';
 const HANDOFF_PARAM = 'jwt';
+const STATE_PARAM = 'state';
 
 const Claims = z.object({ sub: z.string(), exp: z.optional(z.number()) });
 export type Session = { token: string; userId: string; expiresAt: number | undefined };
@@ -56,19 +65,84 @@ function store(): Storage | undefined {
   }
 }
 
-/** Takes a `#jwt=...` handed over by the shop's login and cleans it from the address bar. */
-export function takeHandoff(): void {
+/** What to do with a hand-over: take it, ask the shopper first, or drop it. */
+export type HandoffPlan =
+  | { kind: 'none' }
+  | { kind: 'accept'; session: Session }
+  /** Not bound to a sign-in this page started: ask before signing in (or switching from `current`). */
+  | { kind: 'confirm'; session: Session; current: Session | undefined }
+  | { kind: 'reject'; why: 'unreadable' | 'foreign-state' };
+
+/** Decides a hand-over. Pure: the page's storage and address bar are the caller's. */
+export function planHandoff(input: {
+  token: string | null;
+  state: string | null;
+  /** The nonce this page sent to the login, if it sent the shopper there. */
+  expectedState: string | null;
+  current: Session | undefined;
+  nowMs?: number;
+}): HandoffPlan {
+  if (!input.token) {
+    return { kind: 'none' };
+  }
+  const session = readSession(input.token, input.nowMs);
+  if (!session) {
+    return { kind: 'reject', why: 'unreadable' };
+  }
+  if (input.state !== null) {
+    return input.expectedState !== null && input.state === input.expectedState
+      ? { kind: 'accept', session }
+      : { kind: 'reject', why: 'foreign-state' };
+  }
+  if (input.current?.userId === session.userId) {
+    // The same shopper with a fresh token: nobody is switched.
+    return { kind: 'accept', session };
+  }
+  return { kind: 'confirm', session, current: input.current };
+}
+
+function randomState(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/**
+ * The shop's login URL for a sign-in this page starts: `state` is a fresh nonce the page
+ * keeps (the login hands it back with the token) and `return_to` this page.
+ */
+export function loginUrl(base: string, returnTo: string): string {
+  const state = randomState();
+  store()?.setItem(NONCE_KEY, state);
+  const url = new URL(base, returnTo);
+  url.searchParams.set(STATE_PARAM, state);
+  url.searchParams.set('return_to', returnTo);
+  return url.toString();
+}
+
+/**
+ * Takes a `#jwt=...` handed over by the shop's login, as planHandoff decides (`confirm` asks
+ * the shopper when it must), and cleans it from the address bar either way. The nonce is
+ * single-use. Returns what was done.
+ */
+export function takeHandoff(confirm: (plan: Extract<HandoffPlan, { kind: 'confirm' }>) => boolean): HandoffPlan['kind'] {
   const hash = new URLSearchParams(location.hash.slice(1));
   const token = hash.get(HANDOFF_PARAM);
   if (!token) {
-    return;
+    return 'none';
   }
+  const state = hash.get(STATE_PARAM);
   hash.delete(HANDOFF_PARAM);
+  hash.delete(STATE_PARAM);
   const rest = hash.toString();
   history.replaceState(history.state, '', `${location.pathname}${location.search}${rest ? `#${rest}` : ''}`);
-  if (readSession(token)) {
-    store()?.setItem(STORAGE_KEY, token);
+  const expectedState = store()?.getItem(NONCE_KEY) ?? null;
+  store()?.removeItem(NONCE_KEY);
+  const plan = planHandoff({ token, state, expectedState, current: currentSession() });
+  if (plan.kind === 'accept' || (plan.kind === 'confirm' && confirm(plan))) {
+    store()?.setItem(STORAGE_KEY, plan.session.token);
+    return 'accept';
   }
+  return plan.kind === 'confirm' ? 'reject' : plan.kind;
 }
 
 /** The current session, if a valid unexpired token is stored. */

@@ -1,14 +1,14 @@
 import { createMiddleware } from 'hono/factory';
-import { admitClient, clientKeys, type SaleAction } from '../../edge/client-guard';
+import { admitClient, type ClientAction, clientKeys } from '../../edge/client-guard';
 import { type AppEnv, waitUntilOf } from '../context';
 
 /**
- * The exact per-IP and per-shopper limits and the ban counter, for one sale route. Runs after
- * authentication (the shopper is a key) and before any work that costs more than the check
- * (the purchase route answers a known sell-out, a closed window or a pause first: those
- * answers cost less than counting them).
+ * The exact per-IP and per-shopper limits and the ban counter, for one sale or order route.
+ * Runs after authentication (the shopper is a key) and before any work that costs more than
+ * the check (the purchase route answers a known sell-out, a closed window or a pause first:
+ * those answers cost less than counting them).
  */
-export function saleLimits(action: SaleAction) {
+export function saleLimits(action: ClientAction) {
   return createMiddleware<AppEnv>(async function saleLimits(c, next) {
     const { limits } = c.var;
     await admitClient(c.env, clientKeys(c.var.clientIp, c.var.userId, action, limits), limits, waitUntilOf(c));

@@ -2,10 +2,13 @@ import { createMiddleware } from 'hono/factory';
 import { verifyShopperToken } from '../../edge/shopper-jwt';
 import { UserId } from '../../kernel/contract';
 import { AppError } from '../../kernel/errors';
-import type { AppEnv } from '../context';
+import { type AppEnv, waitUntilOf } from '../context';
 import { bearer } from './bearer';
 
-/** Shopper routes: `Authorization: Bearer <JWT>` (HS256, or RS256/ES256 via AUTH_JWKS_URL), `sub` is the user id. */
+/**
+ * Shopper routes: `Authorization: Bearer <JWT>` (HS256, or RS256/ES256 via AUTH_JWKS_URL), `sub`
+ * is the user id; `exp` is required, within AUTH_JWT_MAX_LIFETIME_SECONDS.
+ */
 export const shopperAuth = createMiddleware<AppEnv>(async function shopperAuth(c, next) {
   const token = bearer(c.req.header('authorization'));
   if (!token) {
@@ -13,7 +16,7 @@ export const shopperAuth = createMiddleware<AppEnv>(async function shopperAuth(c
   }
   let sub: unknown;
   try {
-    sub = (await verifyShopperToken(token, c.var.config.shopperAuth)).sub;
+    sub = (await verifyShopperToken(token, c.var.config.shopperAuth, Date.now(), waitUntilOf(c))).sub;
   } catch (error) {
     if (error instanceof AppError) {
       throw error;

@@ -1,5 +1,5 @@
 import { Hono } from 'hono';
-import { withDbFor } from '../../../db/client';
+import { dbOptions, httpDb, withDbFor } from '../../../db/client';
 import { closePendingOrder, findOrder, type OrderRow } from '../../../db/lifecycle';
 import { createPayment, markPaymentFailed } from '../../../db/payments';
 import { placementOf } from '../../edge/placements';
@@ -12,6 +12,10 @@ import { ORDER_STATUS, orderStatusName } from '../../kernel/order-status';
 import { activeProvider } from '../../payments';
 import type { StartedPayment } from '../../payments/provider';
 import type { AppEnv } from '../context';
+import { clientAddress } from '../middleware/client-address';
+import { loadLimits } from '../middleware/limits';
+import { saleLimits } from '../middleware/sale-limits';
+import { ipShield } from '../middleware/shield';
 import { shopperAuth } from '../middleware/shopper-auth';
 import { valid } from '../middleware/validate';
 
@@ -36,24 +40,40 @@ function notFound(): AppError {
   return new AppError('NOT_FOUND', 'no such order');
 }
 
-/** A shopper's orders: look, pay, cancel. Every route is the owner's only. */
+/**
+ * A shopper's orders: look, pay, cancel. Every route is the owner's only, behind the same
+ * shield, limits and bans as the sale routes (counted apart from them, so reading an order
+ * never eats the purchase budget). Reads go over SQL over HTTP (no Postgres session to open or
+ * close); a pool is opened only for the two interactive transactions: starting a payment
+ * (createPayment locks the order row while it counts attempts) and cancelling
+ * (closePendingOrder moves the order and the stock together), and only once the owner and the
+ * status were checked over HTTP, so a refusal never opens one.
+ */
 export const orders = new Hono<AppEnv>()
-  .use(shopperAuth)
+  .use(clientAddress, loadLimits, ipShield, shopperAuth)
 
-  .get('/:orderId', valid('param', OrderParam), async (c) => {
-    const order = await withDbFor(c.var.config, (d) => findOrder(d, c.req.valid('param').orderId));
+  .get('/:orderId', valid('param', OrderParam), saleLimits('order'), async (c) => {
+    const order = await findOrder(httpDb(dbOptions(c.var.config)), c.req.valid('param').orderId);
     if (!order || order.userId !== c.var.userId) {
       throw notFound();
     }
     return c.json(orderView(order));
   })
 
-  .post('/:orderId/pay', valid('param', OrderParam), valid('json', PayBody), async (c) => {
+  .post('/:orderId/pay', valid('param', OrderParam), valid('json', PayBody), saleLimits('pay'), async (c) => {
     const { orderId } = c.req.valid('param');
     const { config, userId } = c.var;
     const provider = activeProvider({ config, waitUntil: (p) => c.executionCtx.waitUntil(p) });
     if (!provider) {
       throw new AppError('UNAVAILABLE', 'no payment provider is configured');
+    }
+    const http = httpDb(dbOptions(config));
+    const order = await findOrder(http, orderId);
+    if (!order || order.userId !== userId) {
+      throw notFound();
+    }
+    if (order.status !== ORDER_STATUS.PENDING_PAYMENT) {
+      throw notPayable(order);
     }
     const paymentId = `pay_${randomId()}`;
     const created = await withDbFor(config, (d) => createPayment(d, { orderId, userId, paymentId, provider: provider.name }));
@@ -61,12 +81,13 @@ export const orders = new Hono<AppEnv>()
       throw notFound();
     }
     if (created.kind === 'not-payable') {
-      const why = {
-        status: `the order is ${orderStatusName(created.order.status)}; only an unpaid order can be paid`,
-        deadline: 'the payment window of this order has closed',
-        attempts: 'too many payment attempts for this order',
-      }[created.why];
-      throw new AppError('CONFLICT', why);
+      if (created.why === 'status') {
+        throw notPayable(created.order);
+      }
+      throw new AppError(
+        'CONFLICT',
+        created.why === 'deadline' ? 'the payment window of this order has closed' : 'too many payment attempts for this order',
+      );
     }
     const intent = { paymentId, orderId, userId, amountCents: created.payment.amountCents };
     let started: StartedPayment;
@@ -77,7 +98,7 @@ export const orders = new Hono<AppEnv>()
     }
     if (!started.ok) {
       log.warn('payment.start_failed', { orderId, paymentId, provider: provider.name, error: started.error });
-      await withDbFor(config, (d) => markPaymentFailed(d, paymentId));
+      await markPaymentFailed(http, paymentId);
       throw new AppError('UNAVAILABLE', 'the payment provider is unavailable, please retry');
     }
     return c.json({
@@ -89,24 +110,33 @@ export const orders = new Hono<AppEnv>()
     });
   })
 
-  .post('/:orderId/cancel', valid('param', OrderParam), async (c) => {
+  .post('/:orderId/cancel', valid('param', OrderParam), saleLimits('cancel'), async (c) => {
     const { orderId } = c.req.valid('param');
     const { config, userId } = c.var;
-    const result = await withDbFor(config, async (d) => {
-      const order = await findOrder(d, orderId);
-      if (!order || order.userId !== userId) {
-        return undefined;
-      }
-      const closed = await closePendingOrder(d, orderId, ORDER_STATUS.CANCELLED);
-      return closed.kind === 'closed' ? { ...closed, goods: await placementOf(d, order.goodsId) } : closed;
-    });
-    if (!result || result.kind === 'missing') {
+    const http = httpDb(dbOptions(config));
+    const order = await findOrder(http, orderId);
+    if (!order || order.userId !== userId) {
+      throw notFound();
+    }
+    if (order.status !== ORDER_STATUS.PENDING_PAYMENT) {
+      throw notCancellable(order);
+    }
+    const result = await withDbFor(config, (d) => closePendingOrder(d, orderId, ORDER_STATUS.CANCELLED));
+    if (result.kind === 'missing') {
       throw notFound();
     }
     if (result.kind !== 'closed') {
-      throw new AppError('CONFLICT', `the order is ${orderStatusName(result.order.status)}; only an unpaid order can be cancelled`);
+      throw notCancellable(result.order);
     }
     // Postgres has the unit back already; the goods' object gets it now, or from the queue later.
-    await releaseOrRepair(c.env, result.goods, result.order);
+    await releaseOrRepair(c.env, await placementOf(http, order.goodsId), result.order);
     return c.json(orderView(result.order));
   });
+
+function notPayable(order: OrderRow): AppError {
+  return new AppError('CONFLICT', `the order is ${orderStatusName(order.status)}; only an unpaid order can be paid`);
+}
+
+function notCancellable(order: OrderRow): AppError {
+  return new AppError('CONFLICT', `the order is ${orderStatusName(order.status)}; only an unpaid order can be cancelled`);
+}

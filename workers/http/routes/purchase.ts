@@ -1,11 +1,23 @@
-import { Hono } from 'hono';
+import { type Context, Hono } from 'hono';
 import { createMiddleware } from 'hono/factory';
+import type { GoodsRow } from '../../../db/goods';
 import { acquirePermit, enterInFlight } from '../../edge/admission';
-import { checkPurchaseToken, purchaseIdOf, refusal, refuseFromCopies } from '../../edge/purchase';
+import { clientKeys, ipKey } from '../../edge/client-guard';
+import { countEarlyAnswer } from '../../edge/early-answers';
+import {
+  checkPurchaseToken,
+  KEYED_GRACE_MS,
+  purchaseIdOf,
+  refusal,
+  refuseFromCopies,
+  refuseKeyedFromCopies,
+  replayedToRetries,
+} from '../../edge/purchase';
 import { reserve } from '../../edge/reserve-client';
-import { markInStock, markSoldOut } from '../../edge/sold-out';
+import { claimedPurchaseExpiry } from '../../edge/signed';
+import { acceptedKeyedOf, markInStock, markSoldOut, rememberKeyedAnswer } from '../../edge/sold-out';
 import { IdempotencyHeader, PurchaseBody, PurchasePathParam, type ReserveOutcome } from '../../kernel/contract';
-import { AppError } from '../../kernel/errors';
+import { AppError, type ErrorCode } from '../../kernel/errors';
 import { admissionRate } from '../../kernel/limits';
 import { log } from '../../kernel/log';
 import { type AppEnv, waitUntilOf } from '../context';
@@ -22,13 +34,21 @@ import { validInto } from '../middleware/validate';
 //   purchaseBody     400 unless it is {goodsId, token}
 //   refuseFromCache  without an Idempotency-Key: 404 unknown goods, 410 ENDED, 425 NOT_STARTED,
 //                    423 PAUSED, 410 SOLD_OUT from the isolate's copies (no sign-in needed, so
-//                    the flood after a sell-out costs neither a signature check nor an object call)
+//                    the flood after a sell-out costs neither a signature check nor an object call;
+//                    each such answer counts toward the address' ban, reported in the background)
 //   shopperAuth      401 unless a valid shopper JWT
 //   purchasePath     400 unless the hidden path has its shape
 //   idempotencyKey   400 unless the Idempotency-Key (optional) is printable ASCII
+//   purchaseRequest  the purchase's request id (derived from the key, so a retry finds its answer)
+//   refuseKeyed      with an Idempotency-Key: the same answers from the isolate's copies, unless
+//                    the object may owe this key an earlier answer: 425 always before the start;
+//                    410 ENDED / 423 PAUSED once the token is past its lifetime and the grace;
+//                    410 SOLD_OUT unless the object answered this key (its SOLD_OUT lists the
+//                    keyed purchases it accepted lately; this isolate remembers its own answers)
 //   saleLimits       429 RATE_LIMITED / 403 BANNED: exact per-IP and per-shopper limits, bans
-//   loadGoods        404 unknown goods (keyed requests get here; the others have the row already)
-//   verifyToken      403 TOKEN_INVALID unless token and path are this shopper's, for this goods
+//   loadGoods        the goods' row (read by an earlier step already; 404 unknown goods)
+//   verifyToken      403 TOKEN_INVALID unless token and path are this shopper's, for this goods,
+//                    and unexpired (a keyed retry: expired less than KEYED_GRACE_MS ago)
 //   inFlightCap      503 BUSY when this isolate already has inFlightPerGoods waiting on the object
 //   admission        503 BUSY beyond admissionPerSecond to the goods' object, across isolates
 //   reserveUnit      the goods' object decides (group commit); 202 with the purchase id, or its refusal
@@ -40,10 +60,31 @@ const purchaseBody = validInto('json', PurchaseBody, (c, body) => {
   c.set('purchaseToken', body.token);
 });
 
+/** The answers the isolate's copies give: each counts toward the client's ban. */
+const EARLY_ANSWERS: ReadonlySet<ErrorCode> = new Set(['NOT_FOUND', 'ENDED', 'NOT_STARTED', 'PAUSED', 'SOLD_OUT']);
+
+/**
+ * Runs one of the answers from the isolate's copies; when it refuses, the refusal is counted
+ * toward the client's ban (in the isolate, reported in the background) before it is answered.
+ * An outage (no goods list to be had) is not the client's doing and is not counted.
+ */
+async function answerFromCopies(c: Context<AppEnv>, ids: string[], refuse: (goods: GoodsRow) => void): Promise<void> {
+  try {
+    refuse(await goodsOf(c));
+  } catch (error) {
+    if (error instanceof AppError && EARLY_ANSWERS.has(error.code)) {
+      countEarlyAnswer(c.env, ids, c.var.limits, waitUntilOf(c));
+    }
+    throw error;
+  }
+}
+
 const refuseFromCache = step(async function refuseFromCache(c, next) {
   // Checked on the raw header: a keyed retry may be owed the answer the object gave it before.
   if (c.req.header('idempotency-key') === undefined) {
-    refuseFromCopies(await goodsOf(c), Date.now());
+    // Before sign-in only the address is known (a claimed shopper is not to be counted).
+    const ip = c.var.clientIp;
+    await answerFromCopies(c, ip ? [ipKey(ip)] : [], (goods) => refuseFromCopies(goods, Date.now()));
   }
   await next();
 });
@@ -52,12 +93,25 @@ const purchasePath = validInto('param', PurchasePathParam, (c, { path }) => c.se
 
 const idempotencyKey = validInto('header', IdempotencyHeader, (c, headers) => c.set('idempotencyKey', headers['idempotency-key']));
 
+const purchaseRequest = step(async function purchaseRequest(c, next) {
+  c.set('purchaseId', await purchaseIdOf(c.var.goodsId, c.var.userId, c.var.idempotencyKey));
+  await next();
+});
+
+const refuseKeyed = step(async function refuseKeyed(c, next) {
+  if (c.var.idempotencyKey !== undefined) {
+    const keyed = { requestId: c.var.purchaseId, tokenExpiresAt: claimedPurchaseExpiry(c.var.purchaseToken) };
+    const ids = clientKeys(c.var.clientIp, c.var.userId, 'purchase', c.var.limits).map((k) => k.id);
+    await answerFromCopies(c, ids, (goods) => refuseKeyedFromCopies(goods, keyed, Date.now()));
+  }
+  await next();
+});
+
 const verifyToken = step(async function verifyToken(c, next) {
   const { config, goods, userId, idempotencyKey: key } = c.var;
   const keyed = key !== undefined;
   const input = { token: c.var.purchaseToken, path: c.var.purchasePath, userId, goodsId: goods.id, keyed };
   c.set('verified', await checkPurchaseToken(config.tokenSecret, input, Date.now()));
-  c.set('purchaseId', await purchaseIdOf(goods.id, userId, key));
   await next();
 });
 
@@ -89,9 +143,13 @@ const reserveUnit = step(async function reserveUnit(c) {
   } catch (error) {
     throw busy(c.var.traceId, purchaseId, goods.id, error);
   }
+  if (key !== undefined && replayedToRetries(outcome)) {
+    // Its retries may be owed this answer: let them past the fast path while they can come.
+    rememberKeyedAnswer(purchaseId, verified.expiresAt + KEYED_GRACE_MS);
+  }
   if (!outcome.ok) {
     if (outcome.reason === 'SOLD_OUT') {
-      markSoldOut(goods.id);
+      markSoldOut(goods.id, Date.now(), acceptedKeyedOf(outcome));
     }
     throw refusal(outcome.reason);
   }
@@ -123,6 +181,8 @@ export const purchase = new Hono<AppEnv>().post(
   shopperAuth,
   purchasePath,
   idempotencyKey,
+  purchaseRequest,
+  refuseKeyed,
   saleLimits('purchase'),
   loadGoods,
   verifyToken,

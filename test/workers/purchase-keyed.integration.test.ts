@@ -1,0 +1,116 @@
+import { env } from 'cloudflare:workers';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { KEYED_GRACE_MS, PURCHASE_TOKEN_TTL_MS } from '../../workers/edge/purchase';
+import { issuePurchaseToken } from '../../workers/edge/signed';
+import { ADMIN, buy, call, createGoods, devToken, json, purchase, setLimits, stockSnapshot, tokenFor } from './helpers';
+
+// A request with an Idempotency-Key may be owed the answer the object gave its key before, so
+// the edge lets it through only where that can be so. Everyone else's keyed request (a fresh
+// key on a spent token, a token long expired) is answered at the edge and costs no object call.
+
+async function codeOf(res: Response): Promise<string> {
+  return res.status === 202 ? 'QUEUED' : (await json<{ error: { code: string } }>(res)).error.code;
+}
+
+/** A purchase token that expired `agoMs` ago, as the token route issued it then. */
+async function expiredToken(userId: string, goodsId: number, agoMs: number) {
+  return issuePurchaseToken(env.TOKEN_SECRET, userId, goodsId, PURCHASE_TOKEN_TTL_MS, Date.now() - PURCHASE_TOKEN_TTL_MS - agoMs);
+}
+
+const objectCalls = async (goodsId: number) => (await stockSnapshot(goodsId)).reserveRequests;
+
+beforeAll(async () => {
+  await setLimits({ perIpPerSecond: 1000, perUserPerSecond: 1000, banThreshold: 100_000 });
+});
+afterAll(async () => {
+  await setLimits({ perIpPerSecond: 10, perUserPerSecond: 3, banThreshold: 100 });
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('keyed purchases at the fast path', () => {
+  it('after a sell-out, replays of a spent token with fresh keys are answered 410 at the edge', async () => {
+    const { goodsId } = await createGoods({ stock: 1 });
+    expect((await buy('kf-winner', goodsId)).status).toBe(202);
+    const jwt = await devToken('kf-bot');
+    const t = await tokenFor(jwt, goodsId);
+    // The object answers the first keyed attempt: sold out (and the token is spent).
+    expect(await codeOf(await purchase(jwt, goodsId, t, { 'idempotency-key': 'kf-0' }))).toBe('SOLD_OUT');
+    const before = await objectCalls(goodsId);
+    // The clock stands still, so the isolate's trust in that SOLD_OUT cannot run out mid-test.
+    vi.useFakeTimers({ toFake: ['Date'], now: Date.now() });
+    const codes: string[] = [];
+    for (let i = 1; i <= 6; i++) {
+      codes.push(await codeOf(await purchase(jwt, goodsId, t, { 'idempotency-key': `kf-${i}` })));
+    }
+    expect(codes).toEqual(Array(6).fill('SOLD_OUT'));
+    expect(await objectCalls(goodsId)).toBe(before);
+  });
+
+  it('still replays the 202 of a keyed purchase that was accepted, after the sell-out', async () => {
+    const { goodsId } = await createGoods({ stock: 1 });
+    const jwt = await devToken('kf-lucky');
+    const t = await tokenFor(jwt, goodsId);
+    const first = await purchase(jwt, goodsId, t, { 'idempotency-key': 'kf-lucky-1' });
+    expect(first.status).toBe(202);
+    const { requestId } = await json<{ requestId: string }>(first);
+    // Someone else finds it sold out: the fast path engages.
+    const late = await devToken('kf-late');
+    expect(await codeOf(await purchase(late, goodsId, await tokenFor(late, goodsId)))).toBe('SOLD_OUT');
+    vi.useFakeTimers({ toFake: ['Date'], now: Date.now() });
+    const before = await objectCalls(goodsId);
+    // The client lost the first answer and retries with its key: it reaches the object and gets it again.
+    const retry = await purchase(jwt, goodsId, t, { 'idempotency-key': 'kf-lucky-1' });
+    expect(retry.status).toBe(202);
+    expect((await json<{ requestId: string }>(retry)).requestId).toBe(requestId);
+    expect(await objectCalls(goodsId)).toBe(before + 1);
+    // Without its key the same shopper is answered at the edge.
+    expect(await codeOf(await purchase(jwt, goodsId, t))).toBe('SOLD_OUT');
+    expect(await objectCalls(goodsId)).toBe(before + 1);
+  });
+
+  it('refuses at the edge a keyed request whose token expired 10 minutes ago', async () => {
+    const { goodsId } = await createGoods({ stock: 5 });
+    const jwt = await devToken('kf-stale');
+    const old = await expiredToken('kf-stale', goodsId, 10 * 60_000);
+    const before = await objectCalls(goodsId);
+    const res = await purchase(jwt, goodsId, old, { 'idempotency-key': 'kf-stale-1' });
+    expect(res.status).toBe(403);
+    expect(await codeOf(res)).toBe('TOKEN_INVALID');
+    expect(await objectCalls(goodsId)).toBe(before);
+    // Within the grace it still reaches the object (which may hold an answer for the key).
+    const recent = await expiredToken('kf-stale', goodsId, KEYED_GRACE_MS - 30_000);
+    expect(await codeOf(await purchase(jwt, goodsId, recent, { 'idempotency-key': 'kf-stale-2' }))).toBe('TOKEN_INVALID');
+    expect(await objectCalls(goodsId)).toBe(before + 1);
+  });
+
+  it('never lets a keyed request through before the start', async () => {
+    const { goodsId } = await createGoods({ startAt: Date.now() + 3_600_000, endAt: Date.now() + 7_200_000 });
+    const jwt = await devToken('kf-early');
+    const t = await tokenFor(jwt, goodsId);
+    const before = await objectCalls(goodsId);
+    const res = await purchase(jwt, goodsId, t, { 'idempotency-key': 'kf-early-1' });
+    expect(res.status).toBe(425);
+    expect(await objectCalls(goodsId)).toBe(before);
+  });
+
+  it('lets a keyed request through a pause or the end only while its token is within lifetime and grace', async () => {
+    const { goodsId } = await createGoods({ stock: 5 });
+    const jwt = await devToken('kf-paused');
+    expect((await call(`/admin/goods/${goodsId}/pause`, { method: 'POST', headers: ADMIN })).status).toBe(200);
+    const before = await objectCalls(goodsId);
+    const stale = await expiredToken('kf-paused', goodsId, KEYED_GRACE_MS + 60_000);
+    expect(await codeOf(await purchase(jwt, goodsId, stale, { 'idempotency-key': 'kf-p-1' }))).toBe('PAUSED');
+    expect(await objectCalls(goodsId)).toBe(before);
+    const fresh = await tokenFor(jwt, goodsId);
+    expect(await codeOf(await purchase(jwt, goodsId, fresh, { 'idempotency-key': 'kf-p-2' }))).toBe('PAUSED');
+    expect(await objectCalls(goodsId)).toBe(before + 1);
+
+    const ended = await createGoods({ startAt: Date.now() - 7_200_000, endAt: Date.now() - 60_000 });
+    const endedBefore = await objectCalls(ended.goodsId);
+    const endedStale = await expiredToken('kf-paused', ended.goodsId, KEYED_GRACE_MS + 60_000);
+    expect(await codeOf(await purchase(jwt, ended.goodsId, endedStale, { 'idempotency-key': 'kf-e-1' }))).toBe('ENDED');
+    expect(await objectCalls(ended.goodsId)).toBe(endedBefore);
+  });
+});
