@@ -9,6 +9,7 @@ import type {
   Settlement,
   StockSnapshot,
 } from '../../workers/kernel/contract';
+import { resetIfAsked } from '../../workers/kernel/dev-faults';
 import { log } from '../../workers/kernel/log';
 import { scheduleMetricsFlush } from '../../workers/metrics/flush';
 import { count } from '../../workers/metrics/registry';
@@ -241,6 +242,9 @@ export class GoodsStock extends DurableObject<Env> {
   }
 
   async snapshot(): Promise<StockSnapshot | undefined> {
+    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+      resetIfAsked(this.ctx, this.sale?.goodsId);
+    }
     return this.sale ? this.snapshotNow() : undefined;
   }
 

@@ -1,5 +1,6 @@
 import { backoffSeconds } from '../../workers/kernel/backoff';
 import type { OrderMessage } from '../../workers/kernel/contract';
+import { failQueueSendIfAsked } from '../../workers/kernel/dev-faults';
 import { log } from '../../workers/kernel/log';
 import type { StockStorage } from './storage';
 
@@ -66,6 +67,9 @@ export class Outbox {
       const chunk = rows.slice(i, i + SEND_BATCH_MAX);
       const seqs = chunk.map((r) => r.seq);
       try {
+        if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+          failQueueSendIfAsked();
+        }
         // The bodies were written by this object from a typed OrderMessage.
         await this.host.queue().sendBatch(chunk.map((r) => ({ body: JSON.parse(r.body) as OrderMessage, contentType: 'json' })));
         this.store.deleteOutbox(seqs);
