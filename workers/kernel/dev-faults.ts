@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { log } from './log';
 
 // Faults a local chaos run switches on (`npm run chaos`, through /admin/dev/faults), in dev
 // builds only. Every call site sits behind the inline build flag, so staging and production
@@ -122,5 +123,8 @@ export async function deliverTwiceIfAsked(queue: Queue, messages: readonly Messa
   });
   for (let i = 0; i < again.length; i += 100) {
     await queue.sendBatch(again.slice(i, i + 100).map((m) => ({ body: m.body, contentType: 'json' as const, delaySeconds: 1 })));
+  }
+  if (again.length > 0) {
+    log.warn('dev_fault.delivered_twice', { messages: again.length });
   }
 }
