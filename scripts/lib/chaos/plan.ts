@@ -171,11 +171,11 @@ function shortPlan(): ChaosPlan {
   const crowd = { stock: 20, buyers: 24, latecomers: 50, again: 6, hostile: 20, sellS: 7, lengthS: 10 };
   const cap = 4;
   const orders = { maxRetries: 3 };
-  // The dead-letter consumer asks for its own 30 s between retries while Postgres is down;
-  // one retry there, then the message is dropped unless the Worker keeps it.
+  // One retry on the dead-letter queue (the consumer picks its delay while Postgres is down),
+  // then the queue drops the message: only the Worker itself can still make it an order.
   const deadLetters = { maxRetries: 1, retryDelay: 1 };
   const ordersRetriesLastS = retriesLastSeconds(orders.maxRetries, cap);
-  // Longer than the order queue's 7 s of retries and the dead-letter queue's one retry 30 s later.
+  // Longer than the order queue's 7 s of retries and the dead-letter queue's one retry (at most 30 s later).
   const outageS = 40;
   const phaseList = phases(crowd, {
     none: {},
@@ -194,7 +194,14 @@ function shortPlan(): ChaosPlan {
       orders,
       deadLetters,
       timeouts: { maxRetries: 3 },
-      bindings: { RETRY_BACKOFF_CAP_SECONDS: String(cap), OUTBOX_RESEND_SECONDS: '5', OUTBOX_RESEND_CAP_SECONDS: '10' },
+      // The order-safety settings (.dev.vars.example): consumers and the outbox retry within
+      // seconds, and an accepted reservation not settled after 5 s is sent again.
+      bindings: {
+        RETRY_BACKOFF_CAP_SECONDS: String(cap),
+        OUTBOX_RETRY_CAP_SECONDS: String(cap),
+        OUTBOX_RESEND_SECONDS: '5',
+        OUTBOX_RESEND_CAP_SECONDS: '10',
+      },
       backoffCapSeconds: cap,
       ordersRetriesLastS,
       cronEveryMs: 10_000,
@@ -217,7 +224,7 @@ export function describeSchedule(plan: ChaosPlan): string[] {
   return [
     `schedule (${plan.mode === 'full' ? "production's queue settings, wrangler.toml [env.production]" : 'shortened for CI'}):`,
     `  order queue:       max_retries ${s.orders.maxRetries}, backoff 1, 2, 4, ... s capped at ${s.backoffCapSeconds} s: retries end ${s.ordersRetriesLastS} s after the first failure`,
-    `  dead-letter queue: max_retries ${s.deadLetters.maxRetries}, ${delay(s.deadLetters)} (the consumer asks for 30 s while Postgres is down)`,
+    `  dead-letter queue: max_retries ${s.deadLetters.maxRetries}, ${delay(s.deadLetters)} (the consumer picks its own delay while Postgres is down)`,
     `  timeout queue:     max_retries ${s.timeouts.maxRetries}`,
     `  Worker settings:   ${bindings.length > 0 ? bindings.join(', ') : "the Worker's defaults"}`,
     `  cron:              every ${s.cronEveryMs / 1000} s${s.cronEveryMs === 60_000 ? ', on the minute, as in production' : ''}`,

@@ -69,6 +69,21 @@ async function until(what: string, probe: () => Promise<boolean>, timeoutMs: num
   }
 }
 
+/** The servers running now: if this process dies without stopping them, they go with it. */
+const live = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const child of live) {
+    child.kill('SIGKILL');
+  }
+});
+
+/** Remembers a started server until it exits. */
+function track(child: ChildProcess): ChildProcess {
+  live.add(child);
+  child.once('exit', () => live.delete(child));
+  return child;
+}
+
 /** Sends `signal` to a child and waits for its exit; SIGKILL after `graceMs`. */
 async function endProcess(child: ChildProcess, signal: NodeJS.Signals, graceMs = 20_000): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) {
@@ -115,7 +130,7 @@ export async function startOwnPostgres(): Promise<OwnServer & { logFile: string 
       const args = ['-D', data, '-p', String(port), '-k', dir, '-c', 'listen_addresses=127.0.0.1', '-c', 'fsync=off'];
       args.push('-c', 'max_connections=200');
       const log = openSync(logFile, 'a');
-      const started = spawn(join(bin, 'postgres'), args, { ...ids, stdio: ['ignore', log, log] });
+      const started = track(spawn(join(bin, 'postgres'), args, { ...ids, stdio: ['ignore', log, log] }));
       closeSync(log);
       child = started;
       await until(
@@ -187,7 +202,7 @@ export async function startOwnRedis(): Promise<OwnServer> {
         return;
       }
       const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir];
-      const started = spawn('redis-server', args, { stdio: 'ignore' });
+      const started = track(spawn('redis-server', args, { stdio: 'ignore' }));
       let spawnError: Error | undefined;
       started.on('error', (error) => {
         spawnError = error;
