@@ -13,7 +13,7 @@ import { actFault, type FaultLog } from './lib/chaos/faults.ts';
 import { CHAOS_USAGE, type ChaosOptions, type ChaosPlan, chaosPlan, describeSchedule, parseChaosOptions } from './lib/chaos/plan.ts';
 import { type ChaosStack, productionQueueSchedule, startChaosStack } from './lib/chaos/stack.ts';
 import { PhaseTally, type ResultStatus } from './lib/chaos/tally.ts';
-import { exitCode, formatVerdict, judgePhase } from './lib/chaos/verdict.ts';
+import { exitCode, faultEvidence, formatVerdict, judgePhase } from './lib/chaos/verdict.ts';
 import { type AdminApi, adminApi } from './lib/load/admin.ts';
 import { read } from './lib/load/contract.ts';
 
@@ -102,6 +102,12 @@ async function waitQuiet(stack: ChaosStack, admin: AdminApi, plan: ChaosPlan, sa
   } finally {
     await db.end();
   }
+}
+
+/** How many object resets a phase asked for, and how many met an object with state to lose. */
+function resetsOf(log: FaultLog | undefined): { asked: number; done: number } {
+  const resets = (log?.events ?? []).filter((e) => e.what.startsWith("the goods' object"));
+  return { asked: resets.length, done: resets.filter((e) => e.what.endsWith('was reset')).length };
 }
 
 /** The Worker's warnings and errors (and the faults' own lines) between two counts of its events. */
@@ -208,6 +214,7 @@ async function run(o: ChaosOptions): Promise<number> {
         tally: summaries[i] as (typeof summaries)[number],
         facts: facts[i] as (typeof facts)[number],
         restAt: quiet.restAt.get((sales[i] as Sale).goodsId),
+        evidence: faultEvidence(phase.fault, (sales[i] as Sale).workerEvents ?? {}, resetsOf((sales[i] as Sale).faultLog)),
       }),
     );
     const took = `${seconds(runStarted)} s (${o.mode}), ${stack.cronRuns()} cron firings`;

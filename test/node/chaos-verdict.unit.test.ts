@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import type { GoodsFacts } from '../../scripts/lib/chaos/collect.ts';
 import { chaosPlan, parseChaosOptions, retriesLastSeconds } from '../../scripts/lib/chaos/plan.ts';
 import type { TallySummary } from '../../scripts/lib/chaos/tally.ts';
-import { exitCode, formatVerdict, judgePhase, type PhaseInput } from '../../scripts/lib/chaos/verdict.ts';
+import { exitCode, faultEvidence, formatVerdict, judgePhase, type PhaseInput } from '../../scripts/lib/chaos/verdict.ts';
 
 const REST = 1_000_000;
 
@@ -150,6 +150,26 @@ describe('judgePhase', () => {
     unsold.tally.accepted.pop();
     unsold.facts.redis?.users.pop();
     expect(failedChecks(unsold)).toEqual(['every unit sold (demand exceeded stock)']);
+  });
+});
+
+describe('faultEvidence', () => {
+  it("wants the Worker's own sign that a switch reached the code it breaks", () => {
+    expect(faultEvidence('queue-send-fails', { 'goods_stock.outbox_send_failed': 3 }, { asked: 0, done: 0 })?.ok).toBe(true);
+    expect(faultEvidence('queue-send-fails', {}, { asked: 0, done: 0 })?.ok).toBe(false);
+    expect(faultEvidence('duplicate-deliveries', { 'orders.group_failed': 1 }, { asked: 0, done: 0 })?.ok).toBe(false);
+    expect(faultEvidence('object-reset', {}, { asked: 4, done: 0 })).toEqual({
+      ok: false,
+      detail: '0 of 4 resets met an object with state to lose',
+    });
+    expect(faultEvidence('object-reset', {}, { asked: 4, done: 1 })?.ok).toBe(true);
+    // Postgres and Redis are stopped from outside: the run sees that happen itself.
+    expect(faultEvidence('postgres-stopped', {}, { asked: 0, done: 0 })).toBeUndefined();
+  });
+
+  it('turns a fault that did not bite into a failed check', () => {
+    const p = { ...healthy(), evidence: { ok: false, detail: 'dev_fault.delivered_twice logged 0 times during the phase' } };
+    expect(failedChecks(p)).toEqual(['the fault took effect']);
   });
 });
 

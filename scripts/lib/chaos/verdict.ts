@@ -17,7 +17,37 @@ export type PhaseInput = {
   facts: GoodsFacts;
   /** When this goods came to rest (epoch ms), or undefined when it never did. */
   restAt: number | undefined;
+  /** Whether the phase's fault took effect (faultEvidence), when the run can tell. */
+  evidence?: { ok: boolean; detail: string } | undefined;
 };
+
+/**
+ * The Worker's own lines that show a fault made in the Worker reached the code it breaks: a
+ * switch that missed (an isolate of its own, a hook lost in a merge) must not pass for a
+ * fault survived. Faults made from outside (Postgres, Redis) are seen to happen by the run.
+ */
+const EVIDENCE: Record<string, string> = {
+  'queue-send-fails': 'goods_stock.outbox_send_failed',
+  'duplicate-deliveries': 'dev_fault.delivered_twice',
+  'consumer-fails': 'orders.group_failed',
+};
+
+/** Whether a phase's fault took effect, from what the Worker logged during it and the resets it answered. */
+export function faultEvidence(
+  fault: string,
+  workerEvents: Record<string, number>,
+  resets: { asked: number; done: number },
+): { ok: boolean; detail: string } | undefined {
+  if (fault === 'object-reset') {
+    return { ok: resets.done > 0, detail: `${resets.done} of ${resets.asked} resets met an object with state to lose` };
+  }
+  const event = EVIDENCE[fault];
+  if (!event) {
+    return undefined;
+  }
+  const seen = workerEvents[event] ?? 0;
+  return { ok: seen > 0, detail: `${event} logged ${seen} times during the phase` };
+}
 
 export type Row = {
   key: string;
@@ -75,6 +105,7 @@ export function judgePhase(p: PhaseInput): PhaseVerdict {
   };
   const check = (name: string, ok: boolean, detail: string): Check => ({ phase: p.key, name, ok, detail });
   const checks: Check[] = [
+    ...(p.evidence ? [check('the fault took effect', p.evidence.ok, p.evidence.detail)] : []),
     check('every 202 ended SUCCESS or FAIL', stuck === 0, `${stuck} of ${row.accepted} still QUEUED or unreadable`),
     check('nothing lost', lost === 0, `${lost} accepted with neither an order nor a FAIL`),
     check('no oversell', oversold === 0, `${live.length} live orders for ${p.stock} units, object remaining ${remaining}`),
