@@ -10,6 +10,7 @@ import {
   type Settlement,
   type StockSnapshot,
 } from '../../workers/kernel/contract';
+import { resetIfAsked } from '../../workers/kernel/dev-faults';
 import { log } from '../../workers/kernel/log';
 import { scheduleMetricsFlush } from '../../workers/metrics/flush';
 import { count } from '../../workers/metrics/registry';
@@ -303,6 +304,9 @@ export class GoodsStock extends DurableObject<Env> {
   }
 
   async snapshot(): Promise<StockSnapshot | undefined> {
+    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+      resetIfAsked(this.ctx, this.sale?.goodsId);
+    }
     return this.sale ? this.snapshotNow() : undefined;
   }
 

@@ -1,5 +1,6 @@
 import { backoffSeconds } from '../../workers/kernel/backoff';
 import type { OrderMessage } from '../../workers/kernel/contract';
+import { failQueueSendIfAsked } from '../../workers/kernel/dev-faults';
 import { log } from '../../workers/kernel/log';
 import type { RetrySchedule } from '../../workers/kernel/retry-schedule';
 import { count } from '../../workers/metrics/registry';
@@ -92,6 +93,9 @@ export class Outbox {
       const chunk = rows.slice(i, i + SEND_BATCH_MAX);
       const seqs = chunk.map((r) => r.seq);
       try {
+        if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+          failQueueSendIfAsked();
+        }
         // The bodies were written by this object from a typed OrderMessage.
         await this.host.queue().sendBatch(chunk.map((r) => ({ body: JSON.parse(r.body) as OrderMessage, contentType: 'json' })));
         this.store.markSent(seqs, Date.now(), resend);

@@ -17,9 +17,20 @@ const root = fileURLToPath(new URL('../..', import.meta.url));
 const configPath = join(root, 'wrangler.toml');
 const ENVS = ['staging', 'production'] as const;
 
-// Strings only the dev token route and the sandbox payment provider contain
-// (workers/http/dev.ts, workers/payments/sandbox*.ts).
-const DEV_ONLY_MARKERS = ['/api/dev', 'devOnly', 'sandboxOnly', 'payments-sandbox.internal', '/api/payments/sandbox/'];
+// Strings only the dev token route, the sandbox payment provider and the chaos run's fault
+// switches contain (workers/http/routes/dev.ts, workers/payments/sandbox*.ts,
+// workers/http/routes/dev-faults.ts and workers/kernel/dev-faults.ts with its hooks).
+const DEV_ONLY_MARKERS = [
+  '/api/dev',
+  'devOnly',
+  'sandboxOnly',
+  'payments-sandbox.internal',
+  '/api/payments/sandbox/',
+  '/dev/faults',
+  'devFaultsOnly',
+  'dev fault:',
+  'queueSendFails',
+];
 
 type Build = { bundle: string; output: string };
 let outDir: string;
@@ -54,7 +65,7 @@ afterAll(async () => {
 });
 
 describe('local build (the markers are real)', () => {
-  it('contains the dev token route and the sandbox provider', () => {
+  it('contains the dev token route, the sandbox provider and the fault switches', () => {
     for (const marker of DEV_ONLY_MARKERS) {
       expect(builds.local?.bundle, marker).toContain(marker);
     }
@@ -71,7 +82,7 @@ describe.each(ENVS)('%s build', (env) => {
     expect(output).toContain(`env.TIMEOUT_QUEUE (seckill-order-timeouts-${env})`);
   });
 
-  it('leaves out the dev token route and the sandbox payment provider', () => {
+  it('leaves out the dev token route, the sandbox payment provider and the fault switches', () => {
     const bundle = builds[env]?.bundle ?? '';
     expect(bundle.length).toBeGreaterThan(10_000);
     for (const marker of DEV_ONLY_MARKERS) {

@@ -12,6 +12,7 @@ import { admin } from './routes/admin-goods';
 import { adminLimits } from './routes/admin-limits';
 import { challengeToken } from './routes/challenge-token';
 import { dev } from './routes/dev';
+import { devFaultRoutes } from './routes/dev-faults';
 import { goods } from './routes/goods';
 import { orders } from './routes/orders';
 import { payments } from './routes/payments';
@@ -39,6 +40,7 @@ export function createApp() {
   // Inline form so staging/production bundles drop the route and its module (see workers/kernel/build-flags.ts).
   if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
     app.route('/api/dev', dev);
+    app.route('/admin/dev/faults', devFaultRoutes);
   }
   app.route('/api/orders', orders);
   app.route('/api/payments', payments);

@@ -5,6 +5,7 @@ import { placementOf } from '../edge/placements';
 import { backoffSeconds, queueDelay } from '../kernel/backoff';
 import { type Config, getConfig } from '../kernel/config';
 import { type GoodsPlacement, OrderMessage, type Settlement, type TimeoutMessage } from '../kernel/contract';
+import { deliverTwiceIfAsked, failAfterWriteIfAsked } from '../kernel/dev-faults';
 import { log } from '../kernel/log';
 import { flushMetrics } from '../metrics/flush';
 import { observeQueueLag } from '../metrics/queue';
@@ -52,6 +53,9 @@ export async function consumeOrders(batch: MessageBatch<unknown>, env: Env): Pro
   // Read once: the runtime may build the list anew on every access.
   const messages = batch.messages;
   observeQueueLag('orders', messages);
+  if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+    await deliverTwiceIfAsked(env.ORDER_QUEUE, messages);
+  }
   const { groups, malformed } = groupByGoods(messages);
   for (const m of malformed) {
     log.error('orders.malformed_message', { id: m.id, queue: batch.queue });
@@ -87,6 +91,9 @@ async function consumeGroups(env: Env, config: Config, groups: Map<number, Parse
           ),
           placementOf(db, goodsId),
         ]);
+        if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+          failAfterWriteIfAsked();
+        }
         const notifyStarted = Date.now();
         timing.writeMs = Math.max(timing.writeMs, notifyStarted - writeStarted);
         // Independent and both idempotent: a retry repeats whichever of them failed. A timeout

@@ -1,0 +1,111 @@
+// The fault of a phase, acted out beside its crowd: the run's own servers stopped, killed and
+// started again, and the Worker's dev-only switches (/admin/dev/faults, admin token) for what
+// cannot be done from outside: a goods' object reset, queue sends failing, duplicate
+// deliveries, the consumer failing after its write.
+import type { HttpClient } from '../load/http-client.ts';
+import type { FaultKind, PhasePlan } from './plan.ts';
+import type { OwnServer } from './services.ts';
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The body of PUT /admin/dev/faults (workers/kernel/dev-faults.ts, DevFaultsBody). */
+type FaultSwitches = { queueSendFails?: number; duplicateDeliveries?: number; consumerFailsAfterWrite?: number };
+
+const SWITCH_OF: Partial<Record<FaultKind, keyof FaultSwitches>> = {
+  'queue-send-fails': 'queueSendFails',
+  'duplicate-deliveries': 'duplicateDeliveries',
+  'consumer-fails': 'consumerFailsAfterWrite',
+};
+
+export type FaultContext = {
+  http: HttpClient;
+  adminToken: string;
+  goodsId: number;
+  postgres: OwnServer;
+  redis: OwnServer;
+  say: (line: string) => void;
+};
+
+/** What happened when: seconds into the phase. */
+export type FaultLog = { events: { atS: number; what: string }[] };
+
+async function setSwitches(c: FaultContext, switches: FaultSwitches): Promise<void> {
+  const answer = await c.http.put('/admin/dev/faults', { headers: { authorization: `Bearer ${c.adminToken}` }, json: switches });
+  if (answer.status !== 200) {
+    throw new Error(
+      `PUT /admin/dev/faults answered ${answer.status} ${answer.body.slice(0, 200)} (a dev build with DEV_MODE=true is needed)`,
+    );
+  }
+}
+
+async function resetObject(c: FaultContext): Promise<boolean> {
+  const answer = await c.http.post('/admin/dev/faults/reset', {
+    headers: { authorization: `Bearer ${c.adminToken}` },
+    json: { goodsId: c.goodsId },
+  });
+  if (answer.status !== 200) {
+    throw new Error(`POST /admin/dev/faults/reset answered ${answer.status} ${answer.body.slice(0, 200)}`);
+  }
+  return (answer.json as { reset?: unknown } | undefined)?.reset === true;
+}
+
+/** Acts out the phase's fault on its timeline (started with the crowd); resolves once it is healed. */
+export async function actFault(phase: PhasePlan, c: FaultContext): Promise<FaultLog> {
+  const started = Date.now();
+  const log: FaultLog = { events: [] };
+  const note = (what: string) => {
+    const atS = Math.round((Date.now() - started) / 100) / 10;
+    log.events.push({ atS, what });
+    c.say(`  ${String(atS).padStart(6)} s  ${what}`);
+  };
+  const at = async (seconds: number) => {
+    const wait = started + seconds * 1000 - Date.now();
+    if (wait > 0) {
+      await sleep(wait);
+    }
+  };
+  const heal = phase.faultAtS + phase.faultForS;
+  switch (phase.fault) {
+    case 'none':
+      return log;
+    case 'postgres-stopped':
+      await at(phase.faultAtS);
+      await c.postgres.stop();
+      note(`PostgreSQL stopped (fast shutdown); back in ${phase.faultForS} s`);
+      for (let s = phase.faultAtS + 60; s < heal; s += 60) {
+        await at(s);
+        note(`PostgreSQL still down (${Math.round(heal - s)} s to go)`);
+      }
+      await at(heal);
+      await c.postgres.start();
+      note('PostgreSQL started again');
+      return log;
+    case 'redis-killed':
+      await at(phase.faultAtS);
+      await c.redis.stop();
+      note(`redis-server killed (SIGKILL); back in ${phase.faultForS} s, empty`);
+      await at(heal);
+      await c.redis.start();
+      note('redis-server started again');
+      return log;
+    case 'object-reset':
+      for (const s of phase.resetsAtS) {
+        await at(s);
+        note((await resetObject(c)) ? "the goods' object was reset" : "the goods' object had nothing in memory to lose");
+      }
+      return log;
+    default: {
+      const name = SWITCH_OF[phase.fault];
+      if (!name) {
+        throw new Error(`no way to inject ${phase.fault}`);
+      }
+      await at(phase.faultAtS);
+      await setSwitches(c, { [name]: phase.faultForS });
+      note(`${name} on for ${phase.faultForS} s`);
+      await at(heal);
+      await setSwitches(c, { [name]: 0 });
+      note(`${name} off`);
+      return log;
+    }
+  }
+}

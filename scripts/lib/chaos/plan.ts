@@ -1,0 +1,233 @@
+// What `npm run chaos` runs: its options, the two profiles (full and --short), each phase's
+// sale and fault, and the retry schedule the Worker and the queues run with. Pure, so the
+// schedule it prints is the one it computes from.
+import { parseArgs } from 'node:util';
+import { backoffSeconds } from '../../../workers/kernel/backoff.ts';
+
+export const CHAOS_USAGE = `Usage: npm run chaos [-- options]
+
+Starts the Worker (the built bundle under Miniflare) on a PostgreSQL cluster and a redis-server
+of its own, runs a sale of a few thousand shoppers (honest ones, lost answers retried with the
+same Idempotency-Key, hostile requests), injects one fault per phase, waits until everything is
+quiet, and prints a table per fault and the invariants of DESIGN.md. Exit status 0 when every
+invariant holds, 1 when one breaks, 2 when the run could not be made.
+
+  --short          the CI profile: fewer shoppers, a shortened retry schedule, under 3 minutes
+                   (default: the full profile, about 20 minutes, production's schedule)
+  --only KEYS      run only these phases, e.g. --only a,c (keys: 0 a b c d e f)
+  --json FILE      also write the whole result as JSON to FILE
+  --verbose        print the Worker's warnings as they happen
+  --help`;
+
+export type Mode = 'full' | 'short';
+
+export type FaultKind =
+  | 'none'
+  | 'postgres-stopped'
+  | 'redis-killed'
+  | 'object-reset'
+  | 'queue-send-fails'
+  | 'duplicate-deliveries'
+  | 'consumer-fails';
+
+/** One phase: its own goods, its crowd, and one fault in the middle of its sale. */
+export type PhasePlan = {
+  key: string;
+  fault: FaultKind;
+  title: string;
+  stock: number;
+  /** Honest shoppers arriving evenly over the selling window; more of them than units. */
+  buyers: number;
+  /** Shoppers arriving after the selling window (most meet SOLD_OUT), until the phase ends. */
+  latecomers: number;
+  /** Shoppers who were accepted and try again with a new token and key. */
+  again: number;
+  /** Hostile requests spread over the phase. */
+  hostile: number;
+  sellS: number;
+  lengthS: number;
+  faultAtS: number;
+  /** How long the fault lasts; 0 for a fault that is one act (a reset). */
+  faultForS: number;
+  /** Object resets, seconds into the phase. */
+  resetsAtS: number[];
+};
+
+export type QueueSettings = { maxRetries: number; retryDelay?: number | undefined };
+/** The queue consumers' settings by role, as wrangler.toml's [[queues.consumers]] of an environment give them. */
+export type QueueSchedule = { orders: QueueSettings; deadLetters: QueueSettings; timeouts: QueueSettings };
+
+export type Schedule = QueueSchedule & {
+  /** The order-safety settings given to the Worker as bindings; absent ones keep the Worker's defaults. */
+  bindings: Record<string, string>;
+  /** The backoff cap the order consumer retries with (RETRY_BACKOFF_CAP_SECONDS, or the kernel's default). */
+  backoffCapSeconds: number;
+  /** From a message's first failed delivery to its last retry on the order queue. */
+  ordersRetriesLastS: number;
+  cronEveryMs: number;
+};
+
+export type ChaosPlan = {
+  mode: Mode;
+  phases: PhasePlan[];
+  schedule: Schedule;
+  pollMs: number;
+  /** Share of accepted purchases sent again with the same key (a lost answer). */
+  retryShare: number;
+  maxInFlight: number;
+  quietTimeoutS: number;
+  /** Seconds without an order batch before the run calls the queues drained. */
+  calmS: number;
+  payTimeoutSeconds: number;
+};
+
+export type ChaosOptions = { mode: Mode; only: string[] | undefined; json: string | undefined; verbose: boolean; help: boolean };
+
+/** The kernel's default cap of backoffSeconds (workers/kernel/backoff.ts). */
+const KERNEL_BACKOFF_CAP = 300;
+
+export function parseChaosOptions(argv: string[]): ChaosOptions {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      short: { type: 'boolean' },
+      only: { type: 'string' },
+      json: { type: 'string' },
+      verbose: { type: 'boolean' },
+      help: { type: 'boolean' },
+    },
+    strict: true,
+    allowPositionals: false,
+  });
+  const only = values.only?.split(',').map((k) => k.trim());
+  if (only?.some((k) => !/^[0a-f]$/.test(k))) {
+    throw new Error(`--only takes phase keys among 0 a b c d e f, got ${values.only}`);
+  }
+  return { mode: values.short ? 'short' : 'full', only, json: values.json, verbose: values.verbose ?? false, help: values.help ?? false };
+}
+
+/** Seconds from a message's first failure to its last retry: max_retries retries, each after backoffSeconds(attempt, cap). */
+export function retriesLastSeconds(maxRetries: number, capSeconds: number): number {
+  let total = 0;
+  for (let attempt = 1; attempt <= maxRetries; attempt++) {
+    total += backoffSeconds(attempt, capSeconds);
+  }
+  return total;
+}
+
+type Crowd = Pick<PhasePlan, 'stock' | 'buyers' | 'latecomers' | 'again' | 'hostile' | 'sellS' | 'lengthS'>;
+
+function phases(crowd: Crowd, faults: Record<FaultKind, Partial<PhasePlan>>): PhasePlan[] {
+  const titles: [string, FaultKind, string][] = [
+    ['0', 'none', 'no fault (baseline)'],
+    ['a', 'postgres-stopped', 'Postgres stopped'],
+    ['b', 'redis-killed', 'redis-server killed and restarted'],
+    ['c', 'object-reset', "the goods' object reset"],
+    ['d', 'queue-send-fails', 'queue sends failing'],
+    ['e', 'duplicate-deliveries', 'every order message delivered twice'],
+    ['f', 'consumer-fails', 'consumer failing after its write'],
+  ];
+  return titles.map(([key, fault, title]) => ({ key, fault, title, ...crowd, faultAtS: 0, faultForS: 0, resetsAtS: [], ...faults[fault] }));
+}
+
+/** The profile of a mode; `production` is wrangler.toml's production queue consumers, the full run's schedule. */
+export function chaosPlan(mode: Mode, production: QueueSchedule, only?: string[]): ChaosPlan {
+  const plan = mode === 'full' ? fullPlan(production) : shortPlan();
+  return only ? { ...plan, phases: plan.phases.filter((p) => only.includes(p.key)) } : plan;
+}
+
+function fullPlan(production: QueueSchedule): ChaosPlan {
+  const crowd = { stock: 50, buyers: 60, latecomers: 280, again: 20, hostile: 70, sellS: 40, lengthS: 75 };
+  // Longer than the order queue's retries (8, up to 128 s apart: about 4 minutes) by far.
+  const outageS = 630;
+  return {
+    mode: 'full',
+    phases: phases(crowd, {
+      none: {},
+      'postgres-stopped': { faultAtS: 15, faultForS: outageS, lengthS: 15 + outageS + 30 },
+      'redis-killed': { faultAtS: 15, faultForS: 20 },
+      'object-reset': { resetsAtS: [5, 10, 15, 20, 25, 30, 35] },
+      'queue-send-fails': { faultAtS: 10, faultForS: 30 },
+      'duplicate-deliveries': { faultAtS: 5, faultForS: 45 },
+      'consumer-fails': { faultAtS: 10, faultForS: 30 },
+    }),
+    schedule: {
+      ...production,
+      bindings: {},
+      backoffCapSeconds: KERNEL_BACKOFF_CAP,
+      ordersRetriesLastS: retriesLastSeconds(production.orders.maxRetries, KERNEL_BACKOFF_CAP),
+      cronEveryMs: 60_000,
+    },
+    pollMs: 2_000,
+    retryShare: 0.2,
+    maxInFlight: 40,
+    quietTimeoutS: 420,
+    calmS: 15,
+    payTimeoutSeconds: 3_600,
+  };
+}
+
+function shortPlan(): ChaosPlan {
+  const crowd = { stock: 20, buyers: 24, latecomers: 50, again: 6, hostile: 20, sellS: 7, lengthS: 10 };
+  const cap = 4;
+  const orders = { maxRetries: 3 };
+  // One retry on the dead-letter queue (the consumer picks its delay while Postgres is down),
+  // then the queue drops the message: only the Worker itself can still make it an order.
+  const deadLetters = { maxRetries: 1, retryDelay: 1 };
+  const ordersRetriesLastS = retriesLastSeconds(orders.maxRetries, cap);
+  // Longer than the order queue's 7 s of retries and the dead-letter queue's one retry (at most 30 s later).
+  const outageS = 40;
+  const phaseList = phases(crowd, {
+    none: {},
+    'postgres-stopped': { faultAtS: 3, faultForS: outageS, lengthS: 3 + outageS + 4 },
+    'redis-killed': { faultAtS: 3, faultForS: 3 },
+    'object-reset': { resetsAtS: [1.5, 3, 4.5, 6] },
+    'queue-send-fails': { faultAtS: 2, faultForS: 5 },
+    'duplicate-deliveries': { faultAtS: 1, faultForS: 7 },
+    // Shorter than the order queue's retries, so each message still gets a delivery after it.
+    'consumer-fails': { faultAtS: 2, faultForS: Math.min(4, ordersRetriesLastS - 2) },
+  }).filter((p) => p.fault !== 'none');
+  return {
+    mode: 'short',
+    phases: phaseList,
+    schedule: {
+      orders,
+      deadLetters,
+      timeouts: { maxRetries: 3 },
+      // The order-safety settings (.dev.vars.example): consumers and the outbox retry within
+      // seconds, and an accepted reservation not settled after 5 s is sent again.
+      bindings: {
+        RETRY_BACKOFF_CAP_SECONDS: String(cap),
+        OUTBOX_RETRY_CAP_SECONDS: String(cap),
+        OUTBOX_RESEND_SECONDS: '5',
+        OUTBOX_RESEND_CAP_SECONDS: '10',
+      },
+      backoffCapSeconds: cap,
+      ordersRetriesLastS,
+      cronEveryMs: 10_000,
+    },
+    pollMs: 1_000,
+    retryShare: 0.2,
+    maxInFlight: 30,
+    quietTimeoutS: 30,
+    calmS: 3,
+    payTimeoutSeconds: 3_600,
+  };
+}
+
+/** The lines that say which schedule this run uses. */
+export function describeSchedule(plan: ChaosPlan): string[] {
+  const s = plan.schedule;
+  const delay = (q: QueueSettings) => (q.retryDelay === undefined ? 'the delay the consumer asks for' : `retry_delay ${q.retryDelay} s`);
+  const bindings = Object.entries(s.bindings).map(([k, v]) => `${k}=${v}`);
+  const outage = plan.phases.find((p) => p.fault === 'postgres-stopped');
+  return [
+    `schedule (${plan.mode === 'full' ? "production's queue settings, wrangler.toml [env.production]" : 'shortened for CI'}):`,
+    `  order queue:       max_retries ${s.orders.maxRetries}, backoff 1, 2, 4, ... s capped at ${s.backoffCapSeconds} s: retries end ${s.ordersRetriesLastS} s after the first failure`,
+    `  dead-letter queue: max_retries ${s.deadLetters.maxRetries}, ${delay(s.deadLetters)} (the consumer picks its own delay while Postgres is down)`,
+    `  timeout queue:     max_retries ${s.timeouts.maxRetries}`,
+    `  Worker settings:   ${bindings.length > 0 ? bindings.join(', ') : "the Worker's defaults"}`,
+    `  cron:              every ${s.cronEveryMs / 1000} s${s.cronEveryMs === 60_000 ? ', on the minute, as in production' : ''}`,
+    ...(outage ? [`  Postgres outage:   ${outage.faultForS} s`] : []),
+  ];
+}

@@ -1,0 +1,244 @@
+// The chaos run's table and verdict (scripts/lib/chaos/verdict.ts) and its plan's arithmetic
+// (plan.ts), on hand-made end states: no stack, no network.
+import { describe, expect, it } from 'vitest';
+import type { GoodsFacts } from '../../scripts/lib/chaos/collect.ts';
+import { chaosPlan, parseChaosOptions, retriesLastSeconds } from '../../scripts/lib/chaos/plan.ts';
+import type { TallySummary } from '../../scripts/lib/chaos/tally.ts';
+import { exitCode, faultEvidence, formatVerdict, judgePhase, type PhaseInput } from '../../scripts/lib/chaos/verdict.ts';
+
+const REST = 1_000_000;
+
+/** A sale of `stock` units, every one sold and settled, everything in agreement. */
+function healthy(stock = 3): PhaseInput {
+  const ids = Array.from({ length: stock }, (_, i) => `1.r${i}`);
+  const tally: TallySummary = {
+    requests: 40,
+    outcomes: { buyer: {}, latecomer: {}, again: {}, retry: {}, hostile: {}, poll: {} },
+    accepted: ids.map((requestId, i) => ({ requestId, userId: `u${i}`, status: 'SUCCESS', orderId: `o${i}` })),
+    fiveXX: 0,
+    busy: 2,
+    noAnswer: 0,
+    hostile: { sent: 5, refused: 5, letThrough: 0, examples: [] },
+    idempotency: { compared: 2, mismatches: 0, examples: [] },
+    fiveXXExamples: [],
+  };
+  const facts: GoodsFacts = {
+    goodsId: 1,
+    stats: {
+      goodsId: 1,
+      totalStock: stock,
+      doRemaining: 0,
+      dbStock: 0,
+      mirrorStock: 0,
+      mirror: 'ok',
+      orders: { PENDING_PAYMENT: stock },
+      queued: 0,
+      outboxPending: 0,
+      deadLetters: 0,
+      consistent: true,
+    },
+    orders: ids.map((requestId, i) => ({ id: `o${i}`, requestId, userId: `u${i}`, status: 0 })),
+    deadLetters: { total: 0, open: 0 },
+    reconciliation: { runAt: REST + 5_000, consistent: true, kinds: [] },
+    redis: {
+      stock: '0',
+      users: ids.map((_, i) => `u${i}`),
+      results: Object.fromEntries(ids.map((id, i) => [id, { type: 'string', value: `SUCCESS:o${i}` }])),
+    },
+  };
+  return { key: 'a', title: 'Postgres stopped', stock, demand: 10, tally, facts, restAt: REST };
+}
+
+const failedChecks = (p: PhaseInput) =>
+  judgePhase(p)
+    .checks.filter((c) => !c.ok)
+    .map((c) => c.name);
+
+describe('judgePhase', () => {
+  it('finds nothing wrong with a healthy sale', () => {
+    const v = judgePhase(healthy());
+    expect(v.row).toMatchObject({ accepted: 3, orders: 3, failed: 0, stuck: 0, oversold: 0, lost: 0, duplicates: 0, fiveXX: 0, busy: 2 });
+    expect(v.checks.filter((c) => !c.ok)).toEqual([]);
+    expect(exitCode([v])).toBe(0);
+  });
+
+  it('counts a 202 that never became an order, still QUEUED, as stuck and lost', () => {
+    const p = healthy();
+    const [first] = p.tally.accepted;
+    if (!first || !p.facts.stats) {
+      throw new Error('fixture');
+    }
+    first.status = 'QUEUED';
+    p.facts.orders = p.facts.orders.filter((o) => o.requestId !== first.requestId);
+    p.facts.stats = { ...p.facts.stats, queued: 1, consistent: false };
+    const v = judgePhase(p);
+    expect(v.row).toMatchObject({ accepted: 3, orders: 2, stuck: 1, lost: 1 });
+    expect(failedChecks(p)).toEqual(
+      expect.arrayContaining(['every 202 ended SUCCESS or FAIL', 'nothing lost', 'at rest', 'stock adds up']),
+    );
+    expect(exitCode([judgePhase(healthy()), v])).toBe(1);
+  });
+
+  it('counts an honest FAIL as failed, not lost', () => {
+    const p = healthy();
+    const [first] = p.tally.accepted;
+    if (!first) {
+      throw new Error('fixture');
+    }
+    first.status = 'FAIL';
+    p.facts.orders = p.facts.orders.filter((o) => o.requestId !== first.requestId);
+    const v = judgePhase(p);
+    expect(v.row).toMatchObject({ failed: 1, lost: 0, stuck: 0 });
+    expect(v.checks.find((c) => c.name === 'nothing lost')?.ok).toBe(true);
+  });
+
+  it('finds an oversell and a shopper holding two live orders', () => {
+    const p = healthy(2);
+    p.facts.orders.push({ id: 'o9', requestId: '1.r9', userId: 'u0', status: 1 });
+    const v = judgePhase(p);
+    expect(v.row.oversold).toBe(1);
+    expect(v.row.duplicates).toBe(1);
+    expect(failedChecks(p)).toEqual(expect.arrayContaining(['no oversell', 'no duplicates', 'stock adds up']));
+  });
+
+  it('fails on a 5xx, an unanswered request, a hostile request let through, or a retry answered differently', () => {
+    const p = healthy();
+    p.tally = {
+      ...p.tally,
+      fiveXX: 1,
+      fiveXXExamples: ['purchase: 500 INTERNAL'],
+      noAnswer: 1,
+      hostile: { sent: 5, refused: 4, letThrough: 1, examples: ['replayed-token: 202'] },
+      idempotency: { compared: 2, mismatches: 1, examples: ['202 then 410 SOLD_OUT'] },
+    };
+    expect(failedChecks(p).sort()).toEqual(
+      ['a retry with the same key gets the same answer', 'every request answered', 'hostile requests refused', 'no 5xx'].sort(),
+    );
+  });
+
+  it("wants the seed's string result keys with the right answer, and the mirror's stock and holders", () => {
+    const p = healthy();
+    if (!p.facts.redis) {
+      throw new Error('fixture');
+    }
+    p.facts.redis.results['1.r0'] = { type: 'hash', value: 'SUCCESS:o0' };
+    expect(failedChecks(p)).toEqual(["result keys keep the seed's type and value"]);
+    p.facts.redis.results['1.r0'] = { type: 'string', value: 'SUCCESS:o7' };
+    expect(failedChecks(p)).toEqual(["result keys keep the seed's type and value"]);
+    // An absent key is a cache miss, not a wrong answer.
+    p.facts.redis.results['1.r0'] = { type: 'none', value: null };
+    expect(failedChecks(p)).toEqual([]);
+    p.facts.redis.stock = '1';
+    p.facts.redis.users = ['u0'];
+    expect(failedChecks(p)).toEqual(['mirror agrees (stock, holders)']);
+  });
+
+  it('wants a consistent reconciliation made after the goods came to rest, and every unit sold', () => {
+    const p = healthy();
+    p.facts.reconciliation = { runAt: REST - 1, consistent: true, kinds: [] };
+    expect(failedChecks(p)).toEqual(['the cron reconciled it at rest, consistent']);
+    p.facts.reconciliation = { runAt: REST + 1, consistent: false, kinds: ['db_stock'] };
+    expect(failedChecks(p)).toEqual(['the cron reconciled it at rest, consistent']);
+    const unsold = healthy();
+    if (!unsold.facts.stats) {
+      throw new Error('fixture');
+    }
+    unsold.facts.stats.doRemaining = 1;
+    unsold.facts.stats.dbStock = 1;
+    unsold.facts.redis = unsold.facts.redis && { ...unsold.facts.redis, stock: '1' };
+    unsold.facts.orders.pop();
+    unsold.tally.accepted.pop();
+    unsold.facts.redis?.users.pop();
+    expect(failedChecks(unsold)).toEqual(['every unit sold (demand exceeded stock)']);
+  });
+});
+
+describe('faultEvidence', () => {
+  it("wants the Worker's own sign that a switch reached the code it breaks", () => {
+    expect(faultEvidence('queue-send-fails', { 'goods_stock.outbox_send_failed': 3 }, { asked: 0, done: 0 })?.ok).toBe(true);
+    expect(faultEvidence('queue-send-fails', {}, { asked: 0, done: 0 })?.ok).toBe(false);
+    expect(faultEvidence('duplicate-deliveries', { 'orders.group_failed': 1 }, { asked: 0, done: 0 })?.ok).toBe(false);
+    expect(faultEvidence('object-reset', {}, { asked: 4, done: 0 })).toEqual({
+      ok: false,
+      detail: '0 of 4 resets met an object with state to lose',
+    });
+    expect(faultEvidence('object-reset', {}, { asked: 4, done: 1 })?.ok).toBe(true);
+    // Postgres and Redis are stopped from outside: the run sees that happen itself.
+    expect(faultEvidence('postgres-stopped', {}, { asked: 0, done: 0 })).toBeUndefined();
+  });
+
+  it('turns a fault that did not bite into a failed check', () => {
+    const p = { ...healthy(), evidence: { ok: false, detail: 'dev_fault.delivered_twice logged 0 times during the phase' } };
+    expect(failedChecks(p)).toEqual(['the fault took effect']);
+  });
+});
+
+describe('formatVerdict', () => {
+  it('prints one row per fault, the failed checks, and the verdict line', () => {
+    const bad = healthy();
+    bad.key = 'b';
+    bad.title = 'redis-server killed';
+    bad.tally = { ...bad.tally, fiveXX: 2, fiveXXExamples: ['result: 500 INTERNAL'] };
+    const text = formatVerdict([judgePhase(healthy()), judgePhase(bad)], ['schedule line']);
+    const lines = text.split('\n');
+    expect(lines[0]).toBe('schedule line');
+    expect(lines[1]).toMatch(/^fault\s+accepted\s+orders\s+failed\s+stuck\s+oversold\s+lost\s+duplicates\s+5xx\s+503 busy$/);
+    expect(lines.find((l) => l.startsWith('a Postgres stopped '))?.split(/\s{2,}/)).toEqual([
+      'a Postgres stopped',
+      '3',
+      '3',
+      '0',
+      '0',
+      '0',
+      '0',
+      '0',
+      '0',
+      '2',
+    ]);
+    expect(text).toContain('    FAILED  no 5xx: result: 500 INTERNAL');
+    expect(lines.at(-1)).toBe('chaos: 1 invariant checks failed');
+    expect(
+      formatVerdict([judgePhase(healthy())])
+        .split('\n')
+        .at(-1),
+    ).toBe('chaos: every invariant held');
+  });
+});
+
+describe('the plan', () => {
+  const production = { orders: { maxRetries: 8 }, deadLetters: { maxRetries: 100, retryDelay: 60 }, timeouts: { maxRetries: 8 } };
+
+  it("adds up the order queue's retries", () => {
+    expect(retriesLastSeconds(8, 300)).toBe(255);
+    expect(retriesLastSeconds(3, 4)).toBe(7);
+    expect(retriesLastSeconds(5, 4)).toBe(15);
+  });
+
+  it('stops Postgres for longer than the retries last, for 10 minutes in the full run', () => {
+    for (const mode of ['full', 'short'] as const) {
+      const plan = chaosPlan(mode, production);
+      const outage = plan.phases.find((p) => p.fault === 'postgres-stopped');
+      expect(outage?.faultForS).toBeGreaterThan(plan.schedule.ordersRetriesLastS);
+      expect(outage && outage.faultAtS + outage.faultForS).toBeLessThan(outage?.lengthS ?? 0);
+    }
+    expect(chaosPlan('full', production).phases.find((p) => p.fault === 'postgres-stopped')?.faultForS).toBeGreaterThanOrEqual(600);
+  });
+
+  it('keeps the short run well under three minutes, and every fault in it', () => {
+    const plan = chaosPlan('short', production);
+    expect(plan.phases.map((p) => p.key)).toEqual(['a', 'b', 'c', 'd', 'e', 'f']);
+    const phases = plan.phases.reduce((s, p) => s + p.lengthS, 0);
+    // About 10 s to start and to judge besides.
+    expect(phases + plan.quietTimeoutS + 10).toBeLessThan(150);
+    for (const p of plan.phases) {
+      expect(p.buyers).toBeGreaterThan(p.stock);
+    }
+  });
+
+  it('reads its options', () => {
+    expect(parseChaosOptions([])).toMatchObject({ mode: 'full', only: undefined });
+    expect(parseChaosOptions(['--short', '--only', 'a,c'])).toMatchObject({ mode: 'short', only: ['a', 'c'] });
+    expect(() => parseChaosOptions(['--only', 'z'])).toThrow(/phase keys/);
+    expect(() => parseChaosOptions(['--fast'])).toThrow();
+  });
+});

@@ -1,0 +1,46 @@
+import { Hono } from 'hono';
+import { goodsStock } from '../../../durable-objects/routing';
+import { getGoods } from '../../edge/goods-cache';
+import { askObjectReset, DEV_FAULT, DevFaultsBody, DevResetBody, devFaults, setDevFaults } from '../../kernel/dev-faults';
+import { AppError } from '../../kernel/errors';
+import { log } from '../../kernel/log';
+import type { AppEnv } from '../context';
+import { adminAuth } from '../middleware/admin-auth';
+import { valid } from '../middleware/validate';
+
+/**
+ * Fault switches for the local chaos run (scripts/chaos.ts): admin token, DEV_MODE, and dev
+ * builds only (app.ts mounts it behind the build flag; see workers/kernel/dev-faults.ts).
+ */
+export const devFaultRoutes = new Hono<AppEnv>()
+  .use(async function devFaultsOnly(c, next) {
+    if (!c.var.config.devMode) {
+      throw new AppError('NOT_FOUND', 'not found');
+    }
+    await next();
+  }, adminAuth)
+
+  .get('/', (c) => c.json(devFaults()))
+
+  .put('/', valid('json', DevFaultsBody), (c) => {
+    const body = c.req.valid('json');
+    log.warn('dev_fault.set', { requestId: c.var.traceId, ...body });
+    return c.json(setDevFaults(body));
+  })
+
+  // The goods' object throws away its in-memory state, as an eviction or a crash would: the
+  // next call to it meets a new instance that has only what was in storage.
+  .post('/reset', valid('json', DevResetBody), async (c) => {
+    const { goodsId } = c.req.valid('json');
+    const goods = await getGoods(c.var.config, goodsId);
+    const withdraw = askObjectReset(goodsId);
+    const reset = await goodsStock(c.env, goods)
+      .snapshot()
+      .then(
+        () => false,
+        (error: unknown) => error instanceof Error && error.message.includes(DEV_FAULT),
+      )
+      .finally(withdraw);
+    log.warn('dev_fault.object_reset', { requestId: c.var.traceId, goodsId, reset });
+    return c.json({ goodsId, reset });
+  });

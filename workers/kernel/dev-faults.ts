@@ -1,0 +1,130 @@
+import { z } from 'zod';
+import { log } from './log';
+
+// Faults a local chaos run switches on (`npm run chaos`, through /admin/dev/faults), in dev
+// builds only. Every call site sits behind the inline build flag, so staging and production
+// bundles contain neither the calls nor this module (workers/kernel/build-flags.ts;
+// test/node/deploy-build.e2e.test.ts looks for the strings below).
+//
+// The switches are module state. Under Miniflare the Worker, its Durable Objects and its queue
+// consumers run in one isolate (checked: an object reads what a route wrote here, and
+// `ctx.abort()` replaces the object's instance while this module keeps its state), so the
+// route that flips a switch and the code that obeys it share this module. In production each
+// object has an isolate of its own and these switches would never reach it, one more reason
+// they do not exist there.
+
+/** The message of every error a switch makes, so logs and tests can tell it from a real failure. */
+export const DEV_FAULT = 'dev fault:';
+
+const Seconds = z.number().int().min(0).max(3_600);
+
+/** PUT /admin/dev/faults: how long from now each fault lasts (0 ends it; absent leaves it as it is). */
+export const DevFaultsBody = z
+  .object({
+    /** The goods' objects' sends to the order queue throw. */
+    queueSendFails: Seconds.optional(),
+    /** Every order message the consumer receives is sent to the queue once more (a second delivery). */
+    duplicateDeliveries: Seconds.optional(),
+    /** The order consumer fails after its Postgres write, before it settles or acks. */
+    consumerFailsAfterWrite: Seconds.optional(),
+  })
+  .strict();
+export type DevFaultsBody = z.infer<typeof DevFaultsBody>;
+export type DevFault = keyof DevFaultsBody;
+
+/** POST /admin/dev/faults/reset: the goods whose object throws its in-memory state away. */
+export const DevResetBody = z.object({ goodsId: z.number().int().positive().max(Number.MAX_SAFE_INTEGER) }).strict();
+
+const FAULTS = ['queueSendFails', 'duplicateDeliveries', 'consumerFailsAfterWrite'] as const satisfies readonly DevFault[];
+const activeUntil = new Map<DevFault, number>();
+/** Order messages already sent a second time while duplicateDeliveries is on (each is doubled once). */
+const doubled = new Set<string>();
+const DOUBLED_MAX = 100_000;
+/** Goods whose object resets at its next snapshot call. */
+const resets = new Set<number>();
+
+function active(fault: DevFault, now: number): boolean {
+  return (activeUntil.get(fault) ?? 0) > now;
+}
+
+/** Each fault's end (epoch ms), or null when it is off. */
+export function devFaults(now = Date.now()): Record<DevFault, number | null> {
+  return Object.fromEntries(FAULTS.map((f) => [f, active(f, now) ? (activeUntil.get(f) ?? null) : null])) as Record<
+    DevFault,
+    number | null
+  >;
+}
+
+/** Switches faults on for the given seconds (0: off). */
+export function setDevFaults(body: DevFaultsBody, now = Date.now()): Record<DevFault, number | null> {
+  for (const fault of FAULTS) {
+    const seconds = body[fault];
+    if (seconds !== undefined) {
+      activeUntil.set(fault, now + seconds * 1000);
+    }
+  }
+  if (body.duplicateDeliveries !== undefined) {
+    doubled.clear();
+  }
+  return devFaults(now);
+}
+
+/** The goods' object named resets the next time resetIfAsked runs in it; the returned function withdraws the request. */
+export function askObjectReset(goodsId: number): () => void {
+  resets.add(goodsId);
+  return () => resets.delete(goodsId);
+}
+
+/** In the goods' object: throws its instance away (workerd starts a new one) when a reset was asked for. */
+export function resetIfAsked(ctx: DurableObjectState, goodsId: number | undefined): void {
+  if (goodsId !== undefined && resets.delete(goodsId)) {
+    ctx.abort(`${DEV_FAULT} object reset`);
+  }
+}
+
+/** In the object's send path: throws while queue sends are to fail. */
+export function failQueueSendIfAsked(now = Date.now()): void {
+  if (active('queueSendFails', now)) {
+    throw new Error(`${DEV_FAULT} queue send refused`);
+  }
+}
+
+/** In the order consumer, after the Postgres write: throws while the consumer is to fail there. */
+export function failAfterWriteIfAsked(now = Date.now()): void {
+  if (active('consumerFailsAfterWrite', now)) {
+    throw new Error(`${DEV_FAULT} consumer failed after the write`);
+  }
+}
+
+function requestIdOf(body: unknown): string | undefined {
+  const id = typeof body === 'object' && body !== null && 'requestId' in body ? body.requestId : undefined;
+  return typeof id === 'string' ? id : undefined;
+}
+
+/**
+ * In the order consumer, on receipt: while duplicate deliveries are on, sends each order
+ * message of the batch to the queue once more, so it is delivered a second time in a later
+ * batch, as a lost ack makes a queue do.
+ */
+export async function deliverTwiceIfAsked(queue: Queue, messages: readonly Message<unknown>[], now = Date.now()): Promise<void> {
+  if (!active('duplicateDeliveries', now)) {
+    return;
+  }
+  if (doubled.size > DOUBLED_MAX) {
+    doubled.clear();
+  }
+  const again = messages.filter((m) => {
+    const id = requestIdOf(m.body);
+    if (id === undefined || doubled.has(id)) {
+      return false;
+    }
+    doubled.add(id);
+    return true;
+  });
+  for (let i = 0; i < again.length; i += 100) {
+    await queue.sendBatch(again.slice(i, i + 100).map((m) => ({ body: m.body, contentType: 'json' as const, delaySeconds: 1 })));
+  }
+  if (again.length > 0) {
+    log.warn('dev_fault.delivered_twice', { messages: again.length });
+  }
+}
