@@ -1,5 +1,5 @@
 import type { Ladder, RoomGoods, Round, ShardReport } from '../../workers/kernel/waiting-room';
-import { after, lowerBound, NOTHING } from './rules';
+import { after, keyValue, lowerBound, NOTHING, timeHorizon } from './rules';
 
 // The coordinator's decision, pure: from the shards' latest reports, the stock and the clock,
 // where the one admission cursor goes next, which waiting keys can no longer get a unit (the
@@ -48,6 +48,13 @@ export type HubView = {
 export const STALE_REPORT_MS = 30_000;
 const ROUNDS_KEPT = 64;
 const MARKS_MAX = 256;
+const MARKS_EXACT = 64;
+const MARK_STEP = 1.04;
+/**
+ * Keys that joined this recently are left for the next decision: a shard whose first shopper
+ * just came reports at once (before answering the join), so by then its report is in.
+ */
+const FRESH_JOIN_GRACE_MS = 500;
 const AUTO_WINDOW_MS = 3_000;
 const AUTO_QUIET_MS = 5_000;
 /**
@@ -105,34 +112,62 @@ function laneOf(r: Reported, cursor: string): Lane {
   };
 }
 
-/** At least / at most how many of the lane's keys are below `x`. */
-function countBelow(lane: Lane, x: string): { lower: number; upper: number } {
+/**
+ * At least / at most how many of the lane's keys are below `x`, and a best guess: between two
+ * sampled keys of one kind, by where `x` falls between them on that kind's number line (join
+ * times and draw hashes both spread evenly enough for that).
+ */
+function countBelow(lane: Lane, x: string): { lower: number; upper: number; guess: number } {
   const i = lowerBound(lane.keys, x);
   const lower = i === 0 ? 0 : (lane.ranks[i - 1] ?? 0) + 1;
-  const upper = i >= lane.keys.length ? lane.waiting : (lane.ranks[i] ?? lane.waiting);
-  return { lower, upper: Math.max(lower, upper) };
+  const upper = Math.max(lower, i >= lane.keys.length ? lane.waiting : (lane.ranks[i] ?? lane.waiting));
+  const lo = i > 0 ? lane.keys[i - 1] : undefined;
+  const hi = lane.keys[i];
+  if (upper === lower || lo === undefined || hi === undefined) {
+    return { lower, upper, guess: (lower + upper) / 2 };
+  }
+  const [a, b, v] = [keyValue(lo), keyValue(hi), keyValue(x)];
+  if (a.kind !== b.kind || a.kind !== v.kind || b.value <= a.value) {
+    return { lower, upper, guess: (lower + upper) / 2 };
+  }
+  const f = Math.min(1, Math.max(0, (v.value - a.value) / (b.value - a.value)));
+  return { lower, upper, guess: lower + f * (upper - lower) };
 }
 
 function byKey(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
 }
 
-/** At most MARKS_MAX marks: the first half as they are (exact near the front), the rest evenly spread, the last kept. */
+/**
+ * At most MARKS_MAX marks, dense where a wrong place shows most: every one of the first
+ * MARKS_EXACT, then each about MARK_STEP further on than the last kept, and the last one.
+ */
 function thin(marks: Ladder): Ladder {
   const n = marks.keys.length;
   if (n <= MARKS_MAX) {
     return marks;
   }
-  const head = MARKS_MAX / 2;
-  const out: Ladder = { keys: marks.keys.slice(0, head), counts: marks.counts.slice(0, head) };
-  const rest = n - head;
-  const picks = MARKS_MAX - head;
-  for (let k = 1; k <= picks; k++) {
-    const i = head + Math.ceil((k * rest) / picks) - 1;
-    out.keys.push(marks.keys[i] ?? '');
-    out.counts.push(marks.counts[i] ?? 0);
+  const out: Ladder = { keys: [], counts: [] };
+  let next = 0;
+  for (let i = 0; i < n; i++) {
+    const count = marks.counts[i] ?? 0;
+    if (i === n - 1 || count < MARKS_EXACT || count >= next) {
+      out.keys.push(marks.keys[i] ?? '');
+      out.counts.push(count);
+      next = Math.max(MARKS_EXACT, Math.ceil(count * MARK_STEP) + 1);
+    }
   }
-  return out;
+  if (out.keys.length <= MARKS_MAX) {
+    return out;
+  }
+  // A line so long that even the steps are too many: spread them evenly.
+  const even: Ladder = { keys: [], counts: [] };
+  for (let k = 1; k <= MARKS_MAX; k++) {
+    const i = Math.ceil((k * out.keys.length) / MARKS_MAX) - 1;
+    even.keys.push(out.keys[i] ?? '');
+    even.counts.push(out.counts[i] ?? 0);
+  }
+  return even;
 }
 
 function activity(
@@ -184,7 +219,7 @@ export function decide(
   const fresh = reports.filter((r) => now - r.receivedAt <= STALE_REPORT_MS);
   const lanes = fresh.map((r) => laneOf(r, state.cursor));
   // Below the lowest horizon every waiting key of every shard is known (strings: no Math.min).
-  let horizon = lanes.length > 0 ? '\uffff' : NOTHING;
+  let horizon = lanes.length > 0 ? timeHorizon(now - FRESH_JOIN_GRACE_MS) : NOTHING;
   for (const l of lanes) {
     if (l.horizon < horizon) {
       horizon = l.horizon;
@@ -228,9 +263,9 @@ export function decide(
     lanes.reduce(
       (b, l) => {
         const c = countBelow(l, x);
-        return { lower: b.lower + c.lower, upper: b.upper + c.upper };
+        return { lower: b.lower + c.lower, guess: b.guess + c.guess };
       },
-      { lower: -n, upper: -n },
+      { lower: -n, guess: -n },
     );
 
   let found: string | null = null;
@@ -248,13 +283,7 @@ export function decide(
 
   const marks = thin({
     keys: [...rest, ...sampled],
-    counts: [
-      ...rest.map((_, i) => i),
-      ...sampled.map((x) => {
-        const b = bounds(x);
-        return Math.round((b.lower + b.upper) / 2);
-      }),
-    ],
+    counts: [...rest.map((_, i) => i), ...sampled.map((x) => Math.round(bounds(x).guess))],
   });
 
   const admittedTotal = fresh.reduce((s, r) => s + r.admitted, 0);

@@ -31,6 +31,15 @@ export function after(key: string): string {
   return `${key}\u0000`;
 }
 
+/**
+ * Where a key sits on its kind's number line (join time in ms, or the draw's hash as a number),
+ * to interpolate between two keys of the same kind; undefined across kinds.
+ */
+export function keyValue(key: string): { kind: string; value: number } {
+  const kind = key.charAt(0);
+  return kind === '0' ? { kind, value: Number.parseInt(key.slice(1, 13), 16) || 0 } : { kind, value: Number(key.slice(1, 14)) || 0 };
+}
+
 /** Below every key: nothing is known. */
 export const NOTHING = '0';
 
@@ -133,7 +142,8 @@ export function placeOf(key: string, marks: Ladder, own: readonly string[], ownS
   // Shoppers strictly between the two marks, this key included.
   const span = Math.max(1, nextAhead - base);
   const between = lowerBound(own, nextKey) - ownFrom;
-  const fraction = between > 1 ? (mine - ownFrom) / (between - 1) : 0.5;
+  // Each own key stands for the middle of its share of the span.
+  const fraction = between > 0 ? (mine - ownFrom + 0.5) / between : 0.5;
   return base + Math.round(Math.min(1, Math.max(0, fraction)) * (span - 1));
 }
 

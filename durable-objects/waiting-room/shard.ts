@@ -3,6 +3,7 @@ import { getConfig } from '../../workers/kernel/config';
 import { randomId } from '../../workers/kernel/crypto';
 import { log } from '../../workers/kernel/log';
 import { sealPass } from '../../workers/kernel/room-seal';
+import { sleep } from '../../workers/kernel/sleep';
 import {
   type HubReply,
   type JoinOutcome,
@@ -27,6 +28,10 @@ import type { RoomStorage } from './storage';
 export const TICK_MS = 1_000;
 /** A purchase token got just before a pass lapses still buys for its 60 s (workers/edge/purchase.ts). */
 const TOKEN_GRACE_MS = 60_000;
+/** How often a shard whose waiting shoppers are all sold out looks whether units came back. */
+const SOLD_OUT_TICK_MS = 5_000;
+/** A shard forgets a sale's tickets this long after it ended. */
+const FORGET_AFTER_MS = 24 * 3600_000;
 
 const Counters = z.object({
   shard: z.number(),
@@ -44,7 +49,7 @@ type Counters = z.infer<typeof Counters>;
  */
 export class ShardRoom {
   private goods: RoomGoods | undefined;
-  private readonly book = new Book();
+  private book = new Book();
   private readonly results = new Map<string, { result: RoomResult; at: number }>();
   private counters: Counters = { shard: -1, joined: 0, admitted: 0, messages: 0, round: 0, cursor: '' };
   /** Rounds heard of but not yet due, and the latest round and cursor known. */
@@ -54,6 +59,7 @@ export class ShardRoom {
   private hub: HubReply | undefined;
   private arrivals = 0;
   private reporting = false;
+  private reportedAt = 0;
   private alarmAt: number | null = null;
 
   constructor(
@@ -101,6 +107,10 @@ export class ShardRoom {
     if (now >= goods.endAt) {
       return { ok: false, reason: 'ENDED' };
     }
+    if (goods.mode === 'auto' && Date.now() - this.reportedAt > TICK_MS) {
+      // Whether to let this shopper straight in: ask the coordinator if the line is on right now.
+      await this.freshReport();
+    }
     // A new ticket, or a lapsed one back to the end of the line under its old id.
     const id = known?.id ?? randomId();
     const pre = now < goods.startAt;
@@ -127,9 +137,10 @@ export class ShardRoom {
     this.counters.joined += known ? 0 : 1;
     this.arrivals++;
     this.schedule(now + TICK_MS);
-    if (!this.hub) {
-      // A shard's first shopper: ask the coordinator now, so the answer carries real figures.
-      await this.report();
+    if (Date.now() - this.reportedAt > TICK_MS * 2) {
+      // The first shopper of a quiet shard: tell the coordinator now (it leaves keys this fresh
+      // for its next decision until then), and answer with its figures.
+      await this.freshReport();
     }
     return { ok: true, view: await this.view(t, Date.now()) };
   }
@@ -264,6 +275,9 @@ export class ShardRoom {
       round: t.round,
       ...(result ? { result } : {}),
     };
+    if (t.admittedAt !== null) {
+      view.admittedAt = t.admittedAt;
+    }
     if (state === 'ADMITTED' && goods && t.passExpiresAt !== null) {
       view.expiresAt = t.passExpiresAt;
       view.pass = await sealPass(getConfig(this.env).tokenSecret, {
@@ -284,6 +298,10 @@ export class ShardRoom {
     if (!goods) {
       return;
     }
+    if (Date.now() >= goods.endAt + FORGET_AFTER_MS) {
+      this.forget();
+      return;
+    }
     await this.admitDue(Date.now());
     await this.report();
     await this.draw();
@@ -294,13 +312,30 @@ export class ShardRoom {
       await this.tell(ws, now, false);
     }
     this.store.saveState('shard', this.counters);
+    // Busy while the line can move: someone may still be admitted, drawn, or buy.
+    const line = this.hub?.line ?? null;
+    const first = this.book.waiting[0];
+    const hopeful = first !== undefined && (line === null || first < line || first <= this.knownCursor);
     const busy =
       this.pending.length > 0 ||
-      (now < goods.endAt + TICK_MS * 2 &&
-        (this.book.waiting.length > 0 || this.book.unkeyed.size > 0 || this.arrivals > 0 || this.outstanding(now) > 0));
+      (now < goods.endAt + TICK_MS * 2 && (hopeful || this.book.unkeyed.size > 0 || this.arrivals > 0 || this.outstanding(now) > 0));
     if (busy) {
       this.schedule(Math.min(now + TICK_MS, ...this.pending.map((r) => r.at)));
+    } else if (now < goods.endAt && first !== undefined) {
+      // Only sold-out tickets left: look now and then whether units came back (cancellations, lapsed passes).
+      this.schedule(now + SOLD_OUT_TICK_MS);
+    } else if (now >= goods.endAt) {
+      this.schedule(goods.endAt + FORGET_AFTER_MS);
     }
+  }
+
+  /** A sale long over: its tickets and results go (the order history lives in Postgres). */
+  private forget(): void {
+    this.store.clear();
+    this.book = new Book();
+    this.results.clear();
+    this.pending = [];
+    this.hub = undefined;
   }
 
   /** Sets the one alarm to `at` unless an earlier one is already set. */
@@ -349,6 +384,17 @@ export class ShardRoom {
     };
   }
 
+  /** A report now, or the one already on its way (waited for on this call's own timer). */
+  private async freshReport(): Promise<void> {
+    const until = Date.now() + TICK_MS;
+    while (this.reporting && Date.now() < until) {
+      await sleep(5);
+    }
+    if (Date.now() - this.reportedAt > 50) {
+      await this.report();
+    }
+  }
+
   private async report(): Promise<void> {
     const goods = this.goods;
     if (!goods || this.reporting) {
@@ -358,6 +404,7 @@ export class ShardRoom {
     try {
       const report = this.buildReport(goods, Date.now());
       const reply = await roomHub(this.env, { id: goods.goodsId, locationHint: goods.locationHint }).report(report);
+      this.reportedAt = Date.now();
       this.arrivals -= report.arrivals;
       this.hub = reply;
       for (const r of reply.rounds) {

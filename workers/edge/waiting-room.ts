@@ -107,11 +107,12 @@ export async function requirePass(config: Config, pass: string | undefined, user
 
 /** The HTTP answer for a ticket: the view, the signed ticket, times as ISO strings. */
 async function answer(config: Config, row: GoodsRow, view: TicketView) {
-  const { userId: _user, expiresAt, ...rest } = view;
+  const { userId: _user, expiresAt, admittedAt, ...rest } = view;
   const goods = roomGoodsOf(row);
   return {
     ticket: await sealTicket(config.tokenSecret, { goodsId: row.id, userId: view.userId, ticketId: view.ticketId }),
     ...rest,
+    ...(admittedAt !== undefined ? { admittedAt: new Date(admittedAt).toISOString() } : {}),
     ...(expiresAt !== undefined ? { expiresAt: new Date(expiresAt).toISOString() } : {}),
     ...(view.preQueue && view.orderKey === null ? { drawAt: new Date(goods.startAt).toISOString() } : {}),
     queue: goods.mode,

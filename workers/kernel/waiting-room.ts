@@ -85,7 +85,8 @@ export type TicketView = {
   preQueue: boolean;
   /** The admission round that let this ticket in (rounds never go back in the order). */
   round: number | null;
-  /** Admitted: the pass and when it stops working. */
+  /** Admitted: when, the pass, and when the pass stops working. */
+  admittedAt?: number;
   pass?: string;
   expiresAt?: number;
   /** A purchase result the shard has heard of for this shopper. */
