@@ -4,7 +4,7 @@ import type { HubReply, RoomGoods, RoomStats, ShardReport } from '../../workers/
 import { goodsStock } from '../routing';
 import { decide, type HubState, type HubView, initialHubState, type Reported, roundsAfter, type Stock } from './hub-rules';
 import { newSeed, seedHashOf } from './rules';
-import { TICK_MS } from './shard';
+import { TICK_MS } from './standing';
 import type { RoomStorage } from './storage';
 
 const Seed = z.object({ seed: z.string(), seedHash: z.string() });

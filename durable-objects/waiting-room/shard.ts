@@ -2,32 +2,23 @@ import { z } from 'zod';
 import { getConfig } from '../../workers/kernel/config';
 import { randomId } from '../../workers/kernel/crypto';
 import { log } from '../../workers/kernel/log';
-import { sealPass } from '../../workers/kernel/room-seal';
 import { sleep } from '../../workers/kernel/sleep';
 import {
-  type HubReply,
   type JoinOutcome,
   opensAt,
-  ROOM_SHARDS,
   RoomGoods,
-  type RoomResult,
   type Round,
   type ShardReport,
   type ShopperResult,
-  type TicketState,
   type TicketView,
 } from '../../workers/kernel/waiting-room';
 import { roomHub } from '../routing';
 import { Book, type Ticket, toRow } from './book';
-import { activeAt, defaultActive } from './hub-rules';
 import { attachmentOf, due, LIVE_PROTOCOL, resultEvent, send, sent, stateEvent, userTag } from './live';
-import { after, arrivalKey, etaSeconds, NOTHING, placeOf, reportKeys, shuffleKey, timeHorizon } from './rules';
+import { after, arrivalKey, NOTHING, reportKeys, shuffleKey, timeHorizon } from './rules';
+import { Standing, TICK_MS } from './standing';
 import type { RoomStorage } from './storage';
 
-/** How often a busy shard reports to the coordinator. */
-export const TICK_MS = 1_000;
-/** A purchase token got just before a pass lapses still buys for its 60 s (workers/edge/purchase.ts). */
-const TOKEN_GRACE_MS = 60_000;
 /** How often a shard whose waiting shoppers are all sold out looks whether units came back. */
 const SOLD_OUT_TICK_MS = 5_000;
 /** A shard forgets a sale's tickets this long after it ended. */
@@ -48,15 +39,10 @@ type Counters = z.infer<typeof Counters>;
  * their live connections, and the once-a-tick exchange with the coordinator that moves the line.
  */
 export class ShardRoom {
-  private goods: RoomGoods | undefined;
-  private book = new Book();
-  private readonly results = new Map<string, { result: RoomResult; at: number }>();
+  private readonly s: Standing;
   private counters: Counters = { shard: -1, joined: 0, admitted: 0, messages: 0, round: 0, cursor: '' };
   /** Rounds heard of but not yet due, and the latest round and cursor known. */
   private pending: Round[] = [];
-  private knownRound = 0;
-  private knownCursor = '';
-  private hub: HubReply | undefined;
   private arrivals = 0;
   private reporting = false;
   private reportedAt = 0;
@@ -67,20 +53,21 @@ export class ShardRoom {
     private readonly env: Env,
     private readonly store: RoomStorage,
   ) {
-    this.goods = store.state('goods', (raw) => RoomGoods.parse(raw));
+    this.s = new Standing(() => getConfig(env).tokenSecret);
+    this.s.goods = store.state('goods', (raw) => RoomGoods.parse(raw));
     this.counters = store.state('shard', (raw) => Counters.parse(raw)) ?? this.counters;
-    this.knownRound = this.counters.round;
-    this.knownCursor = this.counters.cursor;
-    this.book.load(store.tickets());
+    this.s.knownRound = this.counters.round;
+    this.s.knownCursor = this.counters.cursor;
+    this.s.book.load(store.tickets());
     for (const r of store.results()) {
-      this.results.set(r.userId, { result: r.result, at: r.at });
+      this.s.results.set(r.userId, { result: r.result, at: r.at });
     }
   }
 
   /** The goods' latest settings, as the edge sent them. */
   see(goods: RoomGoods, shard: number): RoomGoods {
-    if (JSON.stringify(goods) !== JSON.stringify(this.goods)) {
-      this.goods = goods;
+    if (JSON.stringify(goods) !== JSON.stringify(this.s.goods)) {
+      this.s.goods = goods;
       this.store.saveState('goods', goods);
     }
     if (this.counters.shard !== shard) {
@@ -90,16 +77,12 @@ export class ShardRoom {
     return goods;
   }
 
-  private active(goods: RoomGoods, now: number): boolean {
-    return this.hub ? activeAt(this.hub.active, now) : defaultActive(goods, now);
-  }
-
   /** Joins the line (idempotent per shopper; a lapsed ticket goes to the back). */
   async join(goods: RoomGoods, userId: string): Promise<JoinOutcome> {
     const now = Date.now();
-    const known = this.book.byUser.get(userId);
-    if (known && !(this.stateOf(known, now) === 'EXPIRED' && now < goods.endAt)) {
-      return { ok: true, view: await this.view(known, now) };
+    const known = this.s.book.byUser.get(userId);
+    if (known && !(this.s.stateOf(known, now) === 'EXPIRED' && now < goods.endAt)) {
+      return { ok: true, view: await this.s.view(known, now) };
     }
     if (!known && now < opensAt(goods)) {
       return { ok: false, reason: 'NOT_STARTED' };
@@ -125,14 +108,14 @@ export class ShardRoom {
       passExpiresAt: null,
       position: null,
     };
-    if (!pre && !this.active(goods, now)) {
+    if (!pre && !this.s.active(goods, now)) {
       // No line right now (auto, quiet): in at once. Round 0 marks admissions made outside the line.
       t.round = 0;
       t.admittedAt = now;
       t.passExpiresAt = now + goods.passSeconds * 1000;
       this.counters.admitted++;
     }
-    this.book.enter(t);
+    this.s.book.enter(t);
     this.store.saveTicket(toRow(t));
     this.counters.joined += known ? 0 : 1;
     this.arrivals++;
@@ -142,12 +125,12 @@ export class ShardRoom {
       // for its next decision until then), and answer with its figures.
       await this.freshReport();
     }
-    return { ok: true, view: await this.view(t, Date.now()) };
+    return { ok: true, view: await this.s.view(t, Date.now()) };
   }
 
   async status(userId: string, ticketId: string): Promise<TicketView | undefined> {
-    const t = this.book.byUser.get(userId);
-    return t && t.id === ticketId ? this.view(t, Date.now()) : undefined;
+    const t = this.s.book.byUser.get(userId);
+    return t && t.id === ticketId ? this.s.view(t, Date.now()) : undefined;
   }
 
   /** Joins and token requests seen by an isolate: the demand `auto` watches. Answers whether the line is on. */
@@ -155,7 +138,7 @@ export class ShardRoom {
     const now = Date.now();
     this.arrivals += Math.max(0, Math.floor(n));
     this.schedule(now + TICK_MS);
-    return { active: this.active(goods, now) };
+    return { active: this.s.active(goods, now) };
   }
 
   /** Settled purchases from the order consumer: pushed to their shoppers' connections, kept for a reconnect. */
@@ -164,10 +147,10 @@ export class ShardRoom {
     let delivered = 0;
     for (const { userId, ...result } of list) {
       const sockets = this.ctx.getWebSockets(userTag(userId));
-      if (!this.book.byUser.has(userId) && sockets.length === 0) {
+      if (!this.s.book.byUser.has(userId) && sockets.length === 0) {
         continue;
       }
-      this.results.set(userId, { result, at: now });
+      this.s.results.set(userId, { result, at: now });
       this.store.saveResult(userId, result, now);
       for (const ws of sockets) {
         if (send(ws, resultEvent(result))) {
@@ -205,9 +188,9 @@ export class ShardRoom {
     if (!att) {
       return;
     }
-    const t = this.book.byUser.get(att.u);
+    const t = this.s.book.byUser.get(att.u);
     if (t) {
-      const view = await this.view(t, now);
+      const view = await this.s.view(t, now);
       const event = stateEvent(view);
       if (force || due(att, event, now)) {
         if (send(ws, event)) {
@@ -216,85 +199,18 @@ export class ShardRoom {
         }
       }
     }
-    const last = this.results.get(att.u);
+    const last = this.s.results.get(att.u);
     if (force && last) {
       send(ws, resultEvent(last.result));
       this.counters.messages++;
     }
   }
 
-  private stateOf(t: Ticket, now: number): TicketState {
-    const goods = this.goods;
-    if (t.round !== null) {
-      const got = this.results.get(t.userId);
-      const bought = got !== undefined && got.at >= (t.admittedAt ?? 0);
-      return !bought && now >= (t.passExpiresAt ?? 0) ? 'EXPIRED' : 'ADMITTED';
-    }
-    if (goods && now >= goods.endAt) {
-      return 'SOLD_OUT';
-    }
-    const line = this.hub?.line ?? null;
-    if (line === null) {
-      return 'WAITING';
-    }
-    if (t.key === null) {
-      return line <= NOTHING ? 'SOLD_OUT' : 'WAITING';
-    }
-    return t.key > this.knownCursor && t.key >= line ? 'SOLD_OUT' : 'WAITING';
-  }
-
-  private positionOf(t: Ticket): number {
-    if (t.key === null) {
-      return Math.max(0, (this.hub?.preQueued ?? this.book.unkeyed.size) - 1);
-    }
-    if (t.key <= this.knownCursor) {
-      return 0;
-    }
-    if (t.position === null) {
-      const start = this.book.firstAbove(this.knownCursor);
-      t.position = placeOf(t.key, this.hub?.marks ?? { keys: [], counts: [] }, this.book.waiting, start, ROOM_SHARDS);
-    }
-    return t.position;
-  }
-
-  private async view(t: Ticket, now: number): Promise<TicketView> {
-    const goods = this.goods;
-    const state = this.stateOf(t, now);
-    const position = state === 'WAITING' ? this.positionOf(t) : 0;
-    const rate = this.hub?.admitPerSecond ?? goods?.admitPerSecond ?? 1;
-    const result = this.results.get(t.userId)?.result;
-    const view: TicketView = {
-      ticketId: t.id,
-      userId: t.userId,
-      state,
-      position,
-      etaSeconds: state === 'WAITING' ? etaSeconds(position, rate, now, goods?.startAt ?? 0, TICK_MS) : 0,
-      remaining: this.hub?.remaining ?? 0,
-      orderKey: t.key,
-      preQueue: t.pre,
-      round: t.round,
-      ...(result ? { result } : {}),
-    };
-    if (t.admittedAt !== null) {
-      view.admittedAt = t.admittedAt;
-    }
-    if (state === 'ADMITTED' && goods && t.passExpiresAt !== null) {
-      view.expiresAt = t.passExpiresAt;
-      view.pass = await sealPass(getConfig(this.env).tokenSecret, {
-        goodsId: goods.goodsId,
-        userId: t.userId,
-        ticketId: t.id,
-        expiresAt: t.passExpiresAt,
-      });
-    }
-    return view;
-  }
-
   // The tick: hear the coordinator, draw the pre-queue, admit the rounds that are due, tell the connections.
 
   async tick(): Promise<void> {
     this.alarmAt = null;
-    const goods = this.goods;
+    const goods = this.s.goods;
     if (!goods) {
       return;
     }
@@ -307,18 +223,18 @@ export class ShardRoom {
     await this.draw();
     const now = Date.now();
     await this.admitDue(now);
-    this.placeAll();
+    this.s.placeAll();
     for (const ws of this.ctx.getWebSockets()) {
       await this.tell(ws, now, false);
     }
     this.store.saveState('shard', this.counters);
     // Busy while the line can move: someone may still be admitted, drawn, or buy.
-    const line = this.hub?.line ?? null;
-    const first = this.book.waiting[0];
-    const hopeful = first !== undefined && (line === null || first < line || first <= this.knownCursor);
+    const line = this.s.hub?.line ?? null;
+    const first = this.s.book.waiting[0];
+    const hopeful = first !== undefined && (line === null || first < line || first <= this.s.knownCursor);
     const busy =
       this.pending.length > 0 ||
-      (now < goods.endAt + TICK_MS * 2 && (hopeful || this.book.unkeyed.size > 0 || this.arrivals > 0 || this.outstanding(now) > 0));
+      (now < goods.endAt + TICK_MS * 2 && (hopeful || this.s.book.unkeyed.size > 0 || this.arrivals > 0 || this.s.outstanding(now) > 0));
     if (busy) {
       this.schedule(Math.min(now + TICK_MS, ...this.pending.map((r) => r.at)));
     } else if (now < goods.endAt && first !== undefined) {
@@ -332,10 +248,10 @@ export class ShardRoom {
   /** A sale long over: its tickets and results go (the order history lives in Postgres). */
   private forget(): void {
     this.store.clear();
-    this.book = new Book();
-    this.results.clear();
+    this.s.book = new Book();
+    this.s.results.clear();
     this.pending = [];
-    this.hub = undefined;
+    this.s.hub = undefined;
   }
 
   /** Sets the one alarm to `at` unless an earlier one is already set. */
@@ -347,40 +263,27 @@ export class ShardRoom {
     void this.ctx.storage.setAlarm(at);
   }
 
-  private outstanding(now: number): number {
-    let n = 0;
-    for (const t of this.book.byUser.values()) {
-      if (t.round !== null && now < (t.passExpiresAt ?? 0) + TOKEN_GRACE_MS) {
-        const got = this.results.get(t.userId);
-        if (!got || got.at < (t.admittedAt ?? 0)) {
-          n++;
-        }
-      }
-    }
-    return n;
-  }
-
   private buildReport(goods: RoomGoods, now: number): ShardReport {
-    const start = this.book.firstAbove(this.knownCursor);
-    const beyond = this.book.waiting.slice(start);
+    const start = this.s.book.firstAbove(this.s.knownCursor);
+    const beyond = this.s.book.waiting.slice(start);
     const { keys, exact } = reportKeys(beyond);
-    const horizon = this.book.unkeyed.size > 0 ? NOTHING : exact < beyond.length ? after(beyond[exact - 1] ?? '') : timeHorizon(now);
+    const horizon = this.s.book.unkeyed.size > 0 ? NOTHING : exact < beyond.length ? after(beyond[exact - 1] ?? '') : timeHorizon(now);
     return {
       goods,
       shard: this.counters.shard,
       waiting: beyond.length,
-      unkeyed: this.book.unkeyed.size,
+      unkeyed: this.s.book.unkeyed.size,
       covered: start,
       keys,
       exact,
       horizon,
-      outstanding: this.outstanding(now),
+      outstanding: this.s.outstanding(now),
       arrivals: this.arrivals,
       joined: this.counters.joined,
       admitted: this.counters.admitted,
       messages: this.counters.messages,
       live: this.ctx.getWebSockets().length,
-      round: this.knownRound,
+      round: this.s.knownRound,
     };
   }
 
@@ -396,7 +299,7 @@ export class ShardRoom {
   }
 
   private async report(): Promise<void> {
-    const goods = this.goods;
+    const goods = this.s.goods;
     if (!goods || this.reporting) {
       return;
     }
@@ -406,15 +309,15 @@ export class ShardRoom {
       const reply = await roomHub(this.env, { id: goods.goodsId, locationHint: goods.locationHint }).report(report);
       this.reportedAt = Date.now();
       this.arrivals -= report.arrivals;
-      this.hub = reply;
+      this.s.hub = reply;
       for (const r of reply.rounds) {
-        if (r.round > this.knownRound) {
+        if (r.round > this.s.knownRound) {
           this.pending.push(r);
-          this.knownRound = r.round;
-          this.knownCursor = r.cursor;
+          this.s.knownRound = r.round;
+          this.s.knownCursor = r.cursor;
         }
       }
-      this.placeAll();
+      this.s.placeAll();
     } catch (error) {
       log.warn('room.report_failed', { goodsId: goods.goodsId, shard: this.counters.shard, error });
     } finally {
@@ -422,35 +325,17 @@ export class ShardRoom {
     }
   }
 
-  /** Every waiting ticket's place from the latest marks; a place only ever moves forward. */
-  private placeAll(): void {
-    const marks = this.hub?.marks;
-    if (!marks) {
-      return;
-    }
-    const start = this.book.firstAbove(this.knownCursor);
-    const waiting = this.book.waiting;
-    for (let i = start; i < waiting.length; i++) {
-      const key = waiting[i] ?? '';
-      const t = this.book.ticketAt(key);
-      if (t) {
-        const p = placeOf(key, marks, waiting, start, ROOM_SHARDS);
-        t.position = t.position === null ? p : Math.min(t.position, p);
-      }
-    }
-  }
-
   /** The pre-queue's keys, once the coordinator has revealed the seed at the start. */
   private async draw(): Promise<void> {
-    const seed = this.hub?.seed;
-    if (!seed || this.book.unkeyed.size === 0) {
+    const seed = this.s.hub?.seed;
+    if (!seed || this.s.book.unkeyed.size === 0) {
       return;
     }
-    const drawn = await Promise.all([...this.book.unkeyed].map(async (t) => ({ t, key: await shuffleKey(seed, t.id) })));
+    const drawn = await Promise.all([...this.s.book.unkeyed].map(async (t) => ({ t, key: await shuffleKey(seed, t.id) })));
     this.ctx.storage.transactionSync(() => {
       for (const { t, key } of drawn) {
         if (t.key === null) {
-          this.book.draw(t, key);
+          this.s.book.draw(t, key);
           this.store.setKey(t.id, key);
         }
       }
@@ -459,7 +344,7 @@ export class ShardRoom {
 
   /** Admits every round whose time has come, each ticket stamped with its own round. */
   private async admitDue(now: number): Promise<void> {
-    const goods = this.goods;
+    const goods = this.s.goods;
     const due = this.pending.filter((r) => r.at <= now).sort((a, b) => a.round - b.round);
     if (!goods || due.length === 0) {
       return;
@@ -468,7 +353,7 @@ export class ShardRoom {
     const admitted: Ticket[] = [];
     this.ctx.storage.transactionSync(() => {
       for (const r of due) {
-        for (const t of this.book.admitUpTo(r.cursor, r.round, r.at, goods.passSeconds * 1000)) {
+        for (const t of this.s.book.admitUpTo(r.cursor, r.round, r.at, goods.passSeconds * 1000)) {
           this.store.admit(t.id, r.round, r.at, t.passExpiresAt ?? r.at);
           admitted.push(t);
         }
