@@ -2,6 +2,7 @@ import { and, asc, count, eq, gt, inArray, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import type { CreateGoodsBody, GoodsInit, GoodsPlacement } from '../workers/kernel/contract';
 import { PREWARM_AHEAD_MS, RECONCILE_ENDED_WITHIN_MS } from '../workers/kernel/schedule';
+import type { QueueSettings } from '../workers/kernel/waiting-room';
 import type { AnyDb, Db } from './client';
 import type { SqlExecutor } from './orders';
 import { ORDER_STATUS, seckillGoods, seckillOrder } from './schema';
@@ -23,6 +24,7 @@ export async function insertGoods(db: Db, body: CreateGoodsBody): Promise<GoodsR
       endAt: new Date(body.endAt),
       payTimeoutSeconds: body.payTimeoutSeconds ?? 900,
       locationHint: body.locationHint ?? null,
+      queue: body.queue ?? { mode: 'off' },
     })
     .returning();
   if (!row) {
@@ -58,6 +60,12 @@ export async function setGoodsPaused(db: Db, goodsId: number, paused: boolean): 
     .set({ status: paused ? 1 : 0, updatedAt: new Date() })
     .where(eq(seckillGoods.id, goodsId))
     .returning();
+  return row;
+}
+
+/** Changes a goods' waiting-room settings. */
+export async function setGoodsQueue(db: Db, goodsId: number, queue: QueueSettings): Promise<GoodsRow | undefined> {
+  const [row] = await db.update(seckillGoods).set({ queue, updatedAt: new Date() }).where(eq(seckillGoods.id, goodsId)).returning();
   return row;
 }
 

@@ -14,6 +14,7 @@ import {
   uniqueIndex,
 } from 'drizzle-orm/pg-core';
 import { ORDER_STATUS } from '../workers/kernel/order-status';
+import type { QueueSettings } from '../workers/kernel/waiting-room';
 
 const createdAt = () => timestamp('created_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow();
 const updatedAt = () => timestamp('updated_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow();
@@ -37,6 +38,8 @@ export const seckillGoods = pgTable(
     payTimeoutSeconds: integer('pay_timeout_seconds').notNull().default(900),
     /** Cloudflare Durable Object location hint for the goods' stock object. */
     locationHint: text('location_hint'),
+    /** The waiting room: `{mode, admitPerSecond?, preQueueSeconds?, passSeconds?}` (workers/kernel/waiting-room.ts). */
+    queue: jsonb('queue').$type<QueueSettings>().notNull().default({ mode: 'off' }),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },

@@ -1,4 +1,5 @@
 import { type GoodsPlacement, LocationHint } from '../workers/kernel/contract';
+import { ROOM_SHARDS } from '../workers/kernel/waiting-room';
 
 // The one place that maps a goods, a client key or a role to its Durable Object. Callers never
 // build ids themselves, so hot goods can later be sharded across several objects here alone.
@@ -77,4 +78,27 @@ export function admissionGate(env: Env, goods: GoodsPlacement) {
 /** The one object that holds the metrics totals of every isolate. */
 export function metricsHub(env: Env) {
   return env.METRICS.get(env.METRICS.idFromName('metrics'));
+}
+
+// The waiting room (durable-objects/waiting-room/): per goods, ROOM_SHARDS shard objects that
+// shoppers talk to, and one coordinator that only the shards talk to. One class plays both
+// roles; the name says which.
+
+/** The room shard a shopper always lands on: FNV-1a of the user id. */
+export function roomShardOf(userId: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < userId.length; i++) {
+    h = Math.imul(h ^ userId.charCodeAt(i), 0x01000193);
+  }
+  return (h >>> 0) % ROOM_SHARDS;
+}
+
+/** Shard `shard` of a goods' waiting room, placed near the goods' stock object. */
+export function roomShard(env: Env, goods: GoodsPlacement, shard: number) {
+  return placed(env.WAITING_ROOM, `room:${goods.id}:${shard}`, goods);
+}
+
+/** The coordinator of a goods' waiting room (only the room's shards and the stats call it). */
+export function roomHub(env: Env, goods: GoodsPlacement) {
+  return placed(env.WAITING_ROOM, `room:${goods.id}:hub`, goods);
 }

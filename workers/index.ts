@@ -8,6 +8,7 @@ export { EdgeGuard } from '../durable-objects/edge-guard/index';
 export { GoodsStock } from '../durable-objects/goods-stock/index';
 export { LimitsStore } from '../durable-objects/limits-store/index';
 export { Metrics } from '../durable-objects/metrics/index';
+export { WaitingRoom } from '../durable-objects/waiting-room/index';
 
 const app = createApp();
 

@@ -1,6 +1,19 @@
 import type { GoodsRow } from '../../db/goods';
 import type { StockSnapshot } from '../kernel/contract';
 import type { GoodsStatus, GoodsView } from '../kernel/views';
+import { opensAt, readQueueSettings } from '../kernel/waiting-room';
+
+/** The goods' waiting room as the page needs it: the mode, and when the doors open. */
+function queueView(row: GoodsRow): GoodsView['queue'] {
+  const q = readQueueSettings(row.queue);
+  if (q.mode === 'off') {
+    return { mode: 'off' };
+  }
+  return {
+    mode: q.mode,
+    opensAt: new Date(opensAt({ startAt: row.startAt.getTime(), preQueueSeconds: q.preQueueSeconds ?? 0 })).toISOString(),
+  };
+}
 
 /** The contract's goods shape. */
 export function goodsView(
@@ -36,5 +49,6 @@ export function goodsView(
     status,
     payTimeoutSeconds: row.payTimeoutSeconds,
     serverTime: new Date(now).toISOString(),
+    queue: queueView(row),
   };
 }

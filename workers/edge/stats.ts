@@ -5,6 +5,7 @@ import { ORDER_STATUS, type OrderStatusName } from '../../db/schema';
 import { goodsStock } from '../../durable-objects/routing';
 import type { Config } from '../kernel/config';
 import { readStocks } from '../mirror/client';
+import { roomStatsOf } from './waiting-room';
 
 export type GoodsStats = {
   goodsId: number;
@@ -22,6 +23,8 @@ export type GoodsStats = {
   /** Messages of this goods that exhausted their retries and were not re-driven yet. */
   deadLetters: number;
   consistent: boolean;
+  /** The waiting room: shoppers in line, admissions per second, and the room's other totals. */
+  queue: Awaited<ReturnType<typeof roomStatsOf>> | null;
 };
 
 /**
@@ -36,18 +39,19 @@ export async function goodsStats(env: Env, config: Config, goodsId: number): Pro
       return undefined;
     }
     // The row first: it says where the goods' object lives; the rest is read side by side.
-    const [counts, deadLetters, snapshot, mirrored] = await Promise.all([
+    const [counts, deadLetters, snapshot, mirrored, queue] = await Promise.all([
       countOrdersByStatus(d, goodsId),
       countOpenDeadLetters(d, goodsId),
       goodsStock(env, row).snapshot(),
       config.redis ? readStocks(config.redis, [goodsId]) : Promise.resolve(undefined),
+      roomStatsOf(env, row).catch(() => null),
     ]);
-    return { fromDb: { row, counts, deadLetters }, snapshot, mirrored };
+    return { fromDb: { row, counts, deadLetters }, snapshot, mirrored, queue };
   });
   if (!found) {
     return undefined;
   }
-  const { fromDb, snapshot, mirrored } = found;
+  const { fromDb, snapshot, mirrored, queue } = found;
   const mirrorStock = mirrored?.[0] ?? null;
   const mirror = !config.redis ? 'off' : !mirrored ? 'unreachable' : mirrorStock === null ? 'missing' : 'ok';
   const orders = Object.fromEntries(Object.entries(ORDER_STATUS).map(([name, code]) => [name, fromDb.counts[code] ?? 0])) as Record<
@@ -79,5 +83,6 @@ export async function goodsStats(env: Env, config: Config, goodsId: number): Pro
     outboxPending: snapshot?.outboxPending ?? 0,
     deadLetters: fromDb.deadLetters,
     consistent,
+    queue,
   };
 }

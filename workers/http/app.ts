@@ -13,10 +13,13 @@ import { adminLimits } from './routes/admin-limits';
 import { challengeToken } from './routes/challenge-token';
 import { dev } from './routes/dev';
 import { devFaultRoutes } from './routes/dev-faults';
+import { fairness } from './routes/fairness';
 import { goods } from './routes/goods';
+import { live } from './routes/live';
 import { orders } from './routes/orders';
 import { payments } from './routes/payments';
 import { purchase } from './routes/purchase';
+import { queue } from './routes/queue';
 import { result } from './routes/result';
 
 /**
@@ -29,7 +32,11 @@ const shopper = new Hono<AppEnv>()
   .route('/', goods)
   .route('/', challengeToken)
   .route('/', purchase)
-  .route('/', result);
+  .route('/', result)
+  // The waiting room (docs/waiting-room.md).
+  .route('/', queue)
+  .route('/', live)
+  .route('/', fairness);
 
 /** Builds the HTTP app: shopper API, admin API, dev helpers, one error shape. */
 export function createApp() {

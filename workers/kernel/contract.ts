@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { Limits } from './limits';
+import { QueueSettings } from './waiting-room';
 
 // Every payload that crosses a boundary (HTTP, Queue, RPC) is a schema here; types are
 // inferred from them. Queue messages carry `v` so a later format can coexist with this one.
@@ -232,9 +233,17 @@ export const CreateGoodsBody = z
     endAt: Millis,
     payTimeoutSeconds: z.number().int().min(1).max(43_200).optional(),
     locationHint: LocationHint.optional(),
+    queue: QueueSettings.optional(),
   })
   .refine((b) => b.endAt > b.startAt, { message: 'endAt must be after startAt', path: ['endAt'] });
 export type CreateGoodsBody = z.infer<typeof CreateGoodsBody>;
+
+/** PUT /admin/goods/:goodsId: the settings that may change after creation. */
+export const UpdateGoodsBody = z
+  .object({ queue: QueueSettings.optional() })
+  .strict()
+  .refine((b) => Object.keys(b).length > 0, 'name at least one setting to change');
+export type UpdateGoodsBody = z.infer<typeof UpdateGoodsBody>;
 
 /** A `/goods/:goodsId/...` path. */
 export const GoodsParam = z.object({ goodsId: GoodsId });

@@ -18,4 +18,6 @@ export type GoodsView = {
   status: GoodsStatus;
   payTimeoutSeconds: number;
   serverTime: string;
+  /** The waiting room: `off`, or how the page joins it (POST .../queue) and when its doors open. */
+  queue?: { mode: 'off' | 'auto' | 'always'; opensAt?: string };
 };

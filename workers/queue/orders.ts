@@ -10,6 +10,7 @@ import { log } from '../kernel/log';
 import { flushMetrics } from '../metrics/flush';
 import { observeQueueLag } from '../metrics/queue';
 import { count } from '../metrics/registry';
+import { tellShoppers } from './room-results';
 
 export type Parsed<T> = { message: Message<unknown>; body: T };
 
@@ -100,6 +101,13 @@ async function consumeGroups(env: Env, config: Config, groups: Map<number, Parse
         // that fires before the object heard of its order finds it QUEUED and releases it; the
         // late settle then changes nothing.
         await Promise.all([settle(env, goods, results), scheduleTimeouts(env, items, results)]);
+        // Waiting room: push each settled result to its shopper's live channel (never fails the batch).
+        await tellShoppers(
+          env,
+          goods,
+          items.map((i) => i.body),
+          results,
+        );
         timing.notifyMs = Math.max(timing.notifyMs, Date.now() - notifyStarted);
         for (const i of items) {
           i.message.ack();

@@ -1,13 +1,14 @@
 import { Hono } from 'hono';
 import { z } from 'zod';
 import { withDbFor } from '../../../db/client';
-import { findGoods, insertGoods, setGoodsPaused, toGoodsInit } from '../../../db/goods';
+import { findGoods, insertGoods, setGoodsPaused, setGoodsQueue, toGoodsInit } from '../../../db/goods';
 import { goodsStock } from '../../../durable-objects/routing';
 import { invalidateGoods } from '../../edge/goods-cache';
 import { goodsView } from '../../edge/goods-view';
 import { goodsStats } from '../../edge/stats';
+import { commitSeed, pushRoomSettings, queueOf } from '../../edge/waiting-room';
 import type { Config } from '../../kernel/config';
-import { CreateGoodsBody, GoodsId } from '../../kernel/contract';
+import { CreateGoodsBody, GoodsId, UpdateGoodsBody } from '../../kernel/contract';
 import { AppError } from '../../kernel/errors';
 import type { AppEnv } from '../context';
 import { adminAuth } from '../middleware/admin-auth';
@@ -26,7 +27,21 @@ export const admin = new Hono<AppEnv>()
     await invalidateGoods(c.var.config);
     // Pre-warm at once: the object exists before the first shopper arrives.
     const snapshot = await goodsStock(c.env, row).init(toGoodsInit(row));
-    return c.json({ ...goodsView(row, snapshot, undefined, Date.now()), locationHint: row.locationHint }, 201);
+    await commitSeed(c.env, row);
+    return c.json({ ...goodsView(row, snapshot, undefined, Date.now()), locationHint: row.locationHint, queue: queueOf(row) }, 201);
+  })
+
+  .put('/goods/:goodsId', valid('param', GoodsParam), valid('json', UpdateGoodsBody), async (c) => {
+    const { goodsId } = c.req.valid('param');
+    const body = c.req.valid('json');
+    const row = await withDbFor(c.var.config, async (d) => (body.queue ? setGoodsQueue(d, goodsId, body.queue) : findGoods(d, goodsId)));
+    if (!row) {
+      throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
+    }
+    await invalidateGoods(c.var.config);
+    await Promise.all([commitSeed(c.env, row), pushRoomSettings(c.env, row)]);
+    const snapshot = await goodsStock(c.env, row).snapshot();
+    return c.json({ ...goodsView(row, snapshot, undefined, Date.now()), locationHint: row.locationHint, queue: queueOf(row) });
   })
 
   .post('/goods/:goodsId/prewarm', valid('param', GoodsParam), async (c) => {
@@ -60,6 +75,7 @@ async function setPaused(env: Env, config: Config, goodsId: number, paused: bool
     throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
   }
   await invalidateGoods(config);
+  await pushRoomSettings(env, row);
   const stub = goodsStock(env, row);
   // An object never used yet is created paused or not from the row just written.
   const snapshot = (await stub.setPaused(paused)) ?? (await stub.init(toGoodsInit(row)));

@@ -6,6 +6,7 @@ import { soldOutNow } from '../../edge/sold-out';
 import { TokenBody } from '../../kernel/contract';
 import { AppError } from '../../kernel/errors';
 import type { AppEnv } from '../context';
+import { requireAdmission } from '../middleware/admission-pass';
 import { goodsInPath, loadGoods } from '../middleware/goods';
 import { requireJson } from '../middleware/require-json';
 import { saleLimits } from '../middleware/sale-limits';
@@ -29,6 +30,8 @@ export const challengeToken = new Hono<AppEnv>()
     requireJson,
     valid('json', TokenBody),
     loadGoods,
+    // While the waiting room holds a line: 403 NOT_ADMITTED without an admission pass.
+    requireAdmission,
     async (c) => {
       const body = c.req.valid('json');
       const { config, goods, limits, userId } = c.var;

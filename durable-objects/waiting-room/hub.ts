@@ -1,0 +1,179 @@
+import { z } from 'zod';
+import { log } from '../../workers/kernel/log';
+import type { HubReply, RoomGoods, RoomStats, ShardReport } from '../../workers/kernel/waiting-room';
+import { goodsStock } from '../routing';
+import { decide, type HubState, type HubView, initialHubState, type Reported, roundsAfter, type Stock } from './hub-rules';
+import { newSeed, seedHashOf } from './rules';
+import { TICK_MS } from './standing';
+import type { RoomStorage } from './storage';
+
+const Seed = z.object({ seed: z.string(), seedHash: z.string() });
+type Seed = z.infer<typeof Seed>;
+
+const StoredHub = z.object({
+  round: z.number(),
+  cursor: z.string(),
+  rounds: z.array(z.object({ round: z.number(), cursor: z.string(), at: z.number() })),
+  tokens: z.number(),
+  decidedAt: z.number(),
+  active: z.object({ on: z.boolean(), since: z.number() }),
+  quietSince: z.number().nullable(),
+  arrivals: z.array(z.object({ at: z.number(), n: z.number() })),
+  admittedSamples: z.array(z.object({ at: z.number(), n: z.number() })),
+  confirmedSamples: z.array(z.object({ at: z.number(), n: z.number() })).default([]),
+  lastLine: z.string().nullable().default(null),
+});
+
+const StoredView = z.object({
+  line: z.string().nullable(),
+  marks: z.object({ keys: z.array(z.string()), counts: z.array(z.number()) }),
+  waiting: z.number(),
+  preQueued: z.number(),
+  remaining: z.number(),
+  outstanding: z.number(),
+  admittedPerSecond: z.number(),
+  lastEtaSeconds: z.number(),
+});
+
+/** A decision is due when a tick has passed since the last one (a little early is fine). */
+const DECIDE_SLACK_MS = 100;
+
+/**
+ * The coordinator of one goods' waiting room. Only the room's shards call it, each about once a
+ * tick; it keeps their latest reports, decides the admission rounds from them (hub-rules.ts),
+ * and holds the pre-queue seed: made before anyone can join, its hash public at once, the seed
+ * itself told to the shards only once the sale has started.
+ */
+export class RoomHub {
+  private state: HubState | undefined;
+  private view: HubView | undefined;
+  private goods: RoomGoods | undefined;
+  private readonly reports = new Map<number, Reported>();
+  private arrivals = 0;
+  private deciding = false;
+  private seed: Seed | undefined;
+  /** A coordinator that (re)started decides only after a tick of reports: it must hear every busy shard first. */
+  private readonly bootAt = Date.now();
+
+  constructor(
+    private readonly env: Env,
+    private readonly store: RoomStorage,
+  ) {
+    this.state = store.state('hub', (raw) => StoredHub.parse(raw));
+    this.view = store.state('view', (raw) => StoredView.parse(raw));
+    this.seed = store.state('seed', (raw) => Seed.parse(raw));
+  }
+
+  /** The seed, made on first use. */
+  private async ensureSeed(): Promise<Seed> {
+    if (!this.seed) {
+      const seed = newSeed();
+      const made = { seed, seedHash: await seedHashOf(seed) };
+      // Another call may have made one while this one hashed: the first stays.
+      if (!this.seed) {
+        this.seed = made;
+        this.store.saveState('seed', made);
+      }
+    }
+    return this.seed ?? { seed: '', seedHash: '' };
+  }
+
+  /** The commitment, and the seed once the sale has started. */
+  async seedInfo(goods: RoomGoods): Promise<{ seedHash: string; seed?: string }> {
+    const { seed, seedHash } = await this.ensureSeed();
+    return Date.now() >= goods.startAt ? { seedHash, seed } : { seedHash };
+  }
+
+  async report(r: ShardReport): Promise<HubReply> {
+    const seed = await this.ensureSeed();
+    this.goods = r.goods;
+    this.reports.set(r.shard, { ...r, receivedAt: Date.now() });
+    this.arrivals += r.arrivals;
+    const state = this.state ?? initialHubState(r.goods, Date.now());
+    this.state = state;
+    const now0 = Date.now();
+    const warm = this.state.decidedAt === 0 || now0 - this.bootAt >= TICK_MS + DECIDE_SLACK_MS;
+    if (!this.deciding && warm && now0 - state.decidedAt >= TICK_MS - DECIDE_SLACK_MS) {
+      await this.decideNow(r.goods);
+    }
+    const now = Date.now();
+    const current = this.state ?? state;
+    const view = this.view;
+    return {
+      rounds: roundsAfter(current, r.round),
+      line: view?.line ?? null,
+      marks: view?.marks ?? { keys: [], counts: [] },
+      waiting: view?.waiting ?? 0,
+      preQueued: view?.preQueued ?? 0,
+      remaining: view?.remaining ?? 0,
+      admitPerSecond: r.goods.admitPerSecond,
+      active: current.active,
+      ...(now >= r.goods.startAt ? { seed: seed.seed } : {}),
+      seedHash: seed.seedHash,
+      tickMs: TICK_MS,
+    };
+  }
+
+  private async decideNow(goods: RoomGoods): Promise<void> {
+    this.deciding = true;
+    try {
+      const stock = await this.readStock(goods);
+      const now = Date.now();
+      const arrivals = this.arrivals;
+      const { state, view } = decide(
+        this.state ?? initialHubState(goods, now),
+        [...this.reports.values()],
+        goods,
+        stock,
+        arrivals,
+        now,
+        TICK_MS,
+      );
+      this.arrivals -= arrivals;
+      this.state = state;
+      this.view = view;
+      this.store.saveState('hub', state);
+      this.store.saveState('view', view);
+    } finally {
+      this.deciding = false;
+    }
+  }
+
+  /**
+   * Units not held, and reservations still waiting for Postgres, from the goods' stock object:
+   * one call a tick. Unknown (no object yet, or it did not answer) admits by the rate alone and
+   * tells nobody sold out.
+   */
+  private async readStock(goods: RoomGoods): Promise<Stock | undefined> {
+    try {
+      const snapshot = await goodsStock(this.env, { id: goods.goodsId, locationHint: goods.locationHint }).snapshot();
+      return snapshot ? { remaining: snapshot.remaining, queued: snapshot.queued, confirmed: snapshot.confirmed } : undefined;
+    } catch (error) {
+      log.warn('room.stock_unavailable', { goodsId: goods.goodsId, error });
+      return undefined;
+    }
+  }
+
+  /** The room's totals, from the shards' latest reports and the last decision. */
+  stats(goods: RoomGoods): RoomStats {
+    const now = Date.now();
+    const reports = [...this.reports.values()];
+    const sum = (f: (r: Reported) => number) => reports.reduce((s, r) => s + f(r), 0);
+    const active = this.state ? this.state.active : { on: goods.mode === 'always', since: 0 };
+    return {
+      mode: goods.mode,
+      active: now >= active.since ? active.on : !active.on,
+      waiting: this.view?.waiting ?? 0,
+      preQueued: this.view?.preQueued ?? 0,
+      admittedPerSecond: this.view?.admittedPerSecond ?? 0,
+      admitted: sum((r) => r.admitted),
+      joined: sum((r) => r.joined),
+      outstanding: this.view?.outstanding ?? 0,
+      live: sum((r) => r.live),
+      liveMessages: sum((r) => r.messages),
+      round: this.state?.round ?? 0,
+      lastEtaSeconds: this.view?.lastEtaSeconds ?? 0,
+      shardsReporting: reports.filter((r) => now - r.receivedAt < TICK_MS * 5).length,
+    };
+  }
+}

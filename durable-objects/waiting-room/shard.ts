@@ -1,0 +1,372 @@
+import { z } from 'zod';
+import { getConfig } from '../../workers/kernel/config';
+import { randomId } from '../../workers/kernel/crypto';
+import { log } from '../../workers/kernel/log';
+import { sleep } from '../../workers/kernel/sleep';
+import {
+  type JoinOutcome,
+  opensAt,
+  RoomGoods,
+  type Round,
+  type ShardReport,
+  type ShopperResult,
+  type TicketView,
+} from '../../workers/kernel/waiting-room';
+import { roomHub } from '../routing';
+import { Book, type Ticket, toRow } from './book';
+import { attachmentOf, due, LIVE_PROTOCOL, resultEvent, send, sent, stateEvent, userTag } from './live';
+import { after, arrivalKey, NOTHING, reportKeys, shuffleKey, timeHorizon } from './rules';
+import { Standing, TICK_MS } from './standing';
+import type { RoomStorage } from './storage';
+
+/** How often a shard whose waiting shoppers are all sold out looks whether units came back. */
+const SOLD_OUT_TICK_MS = 5_000;
+/** A shard forgets a sale's tickets this long after it ended. */
+const FORGET_AFTER_MS = 24 * 3600_000;
+
+const Counters = z.object({
+  shard: z.number(),
+  joined: z.number(),
+  admitted: z.number(),
+  messages: z.number(),
+  round: z.number(),
+  cursor: z.string(),
+});
+type Counters = z.infer<typeof Counters>;
+
+/**
+ * One shard of a goods' waiting room: the tickets of the shoppers whose user id hashes here,
+ * their live connections, and the once-a-tick exchange with the coordinator that moves the line.
+ */
+export class ShardRoom {
+  private readonly s: Standing;
+  private counters: Counters = { shard: -1, joined: 0, admitted: 0, messages: 0, round: 0, cursor: '' };
+  /** Rounds heard of but not yet due, and the latest round and cursor known. */
+  private pending: Round[] = [];
+  private arrivals = 0;
+  private reporting = false;
+  private reportedAt = 0;
+  private alarmAt: number | null = null;
+
+  constructor(
+    private readonly ctx: DurableObjectState,
+    private readonly env: Env,
+    private readonly store: RoomStorage,
+  ) {
+    this.s = new Standing(() => getConfig(env).tokenSecret);
+    this.s.goods = store.state('goods', (raw) => RoomGoods.parse(raw));
+    this.counters = store.state('shard', (raw) => Counters.parse(raw)) ?? this.counters;
+    this.s.knownRound = this.counters.round;
+    this.s.knownCursor = this.counters.cursor;
+    this.s.book.load(store.tickets());
+    for (const r of store.results()) {
+      this.s.results.set(r.userId, { result: r.result, at: r.at });
+    }
+  }
+
+  /** The goods' latest settings, as the edge sent them. */
+  see(goods: RoomGoods, shard: number): RoomGoods {
+    if (JSON.stringify(goods) !== JSON.stringify(this.s.goods)) {
+      this.s.goods = goods;
+      this.store.saveState('goods', goods);
+    }
+    if (this.counters.shard !== shard) {
+      this.counters.shard = shard;
+      this.store.saveState('shard', this.counters);
+    }
+    return goods;
+  }
+
+  /** Joins the line (idempotent per shopper; a lapsed ticket goes to the back). */
+  async join(goods: RoomGoods, userId: string): Promise<JoinOutcome> {
+    const now = Date.now();
+    const known = this.s.book.byUser.get(userId);
+    if (known && !(this.s.stateOf(known, now) === 'EXPIRED' && now < goods.endAt)) {
+      return { ok: true, view: await this.s.view(known, now) };
+    }
+    if (!known && now < opensAt(goods)) {
+      return { ok: false, reason: 'NOT_STARTED' };
+    }
+    if (now >= goods.endAt) {
+      return { ok: false, reason: 'ENDED' };
+    }
+    if (goods.mode === 'auto' && Date.now() - this.reportedAt > TICK_MS) {
+      // Whether to let this shopper straight in: ask the coordinator if the line is on right now.
+      await this.freshReport();
+    }
+    // A new ticket, or a lapsed one back to the end of the line under its old id.
+    const id = known?.id ?? randomId();
+    const pre = now < goods.startAt;
+    const t: Ticket = {
+      id,
+      userId,
+      key: pre ? null : arrivalKey(now, id),
+      joinedAt: now,
+      pre,
+      round: null,
+      admittedAt: null,
+      passExpiresAt: null,
+      position: null,
+    };
+    if (!pre && !this.s.active(goods, now)) {
+      // No line right now (auto, quiet): in at once. Round 0 marks admissions made outside the line.
+      t.round = 0;
+      t.admittedAt = now;
+      t.passExpiresAt = now + goods.passSeconds * 1000;
+      this.counters.admitted++;
+    }
+    this.s.book.enter(t);
+    this.store.saveTicket(toRow(t));
+    this.counters.joined += known ? 0 : 1;
+    this.arrivals++;
+    this.schedule(now + TICK_MS);
+    if (Date.now() - this.reportedAt > TICK_MS * 2) {
+      // The first shopper of a quiet shard: tell the coordinator now (it leaves keys this fresh
+      // for its next decision until then), and answer with its figures.
+      await this.freshReport();
+    }
+    return { ok: true, view: await this.s.view(t, Date.now()) };
+  }
+
+  async status(userId: string, ticketId: string): Promise<TicketView | undefined> {
+    const t = this.s.book.byUser.get(userId);
+    return t && t.id === ticketId ? this.s.view(t, Date.now()) : undefined;
+  }
+
+  /** Joins and token requests seen by an isolate: the demand `auto` watches. Answers whether the line is on. */
+  noteArrivals(goods: RoomGoods, n: number): { active: boolean } {
+    const now = Date.now();
+    this.arrivals += Math.max(0, Math.floor(n));
+    this.schedule(now + TICK_MS);
+    return { active: this.s.active(goods, now) };
+  }
+
+  /** Settled purchases from the order consumer: pushed to their shoppers' connections, kept for a reconnect. */
+  deliver(list: ShopperResult[]): number {
+    const now = Date.now();
+    let delivered = 0;
+    for (const { userId, ...result } of list) {
+      const sockets = this.ctx.getWebSockets(userTag(userId));
+      if (!this.s.book.byUser.has(userId) && sockets.length === 0) {
+        continue;
+      }
+      this.s.results.set(userId, { result, at: now });
+      this.store.saveResult(userId, result, now);
+      for (const ws of sockets) {
+        if (send(ws, resultEvent(result))) {
+          delivered++;
+          this.counters.messages++;
+        }
+      }
+    }
+    return delivered;
+  }
+
+  /** The live channel: the edge has checked who this is; the state goes out at once (a reconnect resumes). */
+  async connect(request: Request): Promise<Response> {
+    const userId = request.headers.get('x-room-user') ?? '';
+    const pair = new WebSocketPair();
+    const [client, server] = [pair[0], pair[1]];
+    this.ctx.acceptWebSocket(server, [userTag(userId)]);
+    server.serializeAttachment({ u: userId, k: '', p: -1, r: -1, s: 0 });
+    await this.tell(server, Date.now(), true);
+    const offered = (request.headers.get('sec-websocket-protocol') ?? '').split(',').map((p) => p.trim());
+    const headers: Record<string, string> = offered.includes(LIVE_PROTOCOL) ? { 'sec-websocket-protocol': LIVE_PROTOCOL } : {};
+    return new Response(null, { status: 101, webSocket: client, headers });
+  }
+
+  /** A client asking for its state again (`{"type":"state"}`); anything else is ignored. */
+  async message(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {
+    if (typeof message === 'string' && message.includes('"state"')) {
+      await this.tell(ws, Date.now(), true);
+    }
+  }
+
+  /** The state (and last result) of one connection's shopper, when due or `force`d. */
+  private async tell(ws: WebSocket, now: number, force: boolean): Promise<void> {
+    const att = attachmentOf(ws);
+    if (!att) {
+      return;
+    }
+    const t = this.s.book.byUser.get(att.u);
+    if (t) {
+      const view = await this.s.view(t, now);
+      const event = stateEvent(view);
+      if (force || due(att, event, now)) {
+        if (send(ws, event)) {
+          this.counters.messages++;
+          ws.serializeAttachment(sent(att, event, now));
+        }
+      }
+    }
+    const last = this.s.results.get(att.u);
+    if (force && last) {
+      send(ws, resultEvent(last.result));
+      this.counters.messages++;
+    }
+  }
+
+  // The tick: hear the coordinator, draw the pre-queue, admit the rounds that are due, tell the connections.
+
+  async tick(): Promise<void> {
+    this.alarmAt = null;
+    const goods = this.s.goods;
+    if (!goods) {
+      return;
+    }
+    if (Date.now() >= goods.endAt + FORGET_AFTER_MS) {
+      this.forget();
+      return;
+    }
+    await this.admitDue(Date.now());
+    await this.report();
+    await this.draw();
+    const now = Date.now();
+    await this.admitDue(now);
+    this.s.placeAll();
+    for (const ws of this.ctx.getWebSockets()) {
+      await this.tell(ws, now, false);
+    }
+    this.store.saveState('shard', this.counters);
+    // Busy while the line can move: someone may still be admitted, drawn, or buy.
+    const line = this.s.hub?.line ?? null;
+    const first = this.s.book.waiting[0];
+    const hopeful = first !== undefined && (line === null || first < line || first <= this.s.knownCursor);
+    const busy =
+      this.pending.length > 0 ||
+      (now < goods.endAt + TICK_MS * 2 && (hopeful || this.s.book.unkeyed.size > 0 || this.arrivals > 0 || this.s.outstanding(now) > 0));
+    if (busy) {
+      this.schedule(Math.min(now + TICK_MS, ...this.pending.map((r) => r.at)));
+    } else if (now < goods.endAt && first !== undefined) {
+      // Only sold-out tickets left: look now and then whether units came back (cancellations, lapsed passes).
+      this.schedule(now + SOLD_OUT_TICK_MS);
+    } else if (now >= goods.endAt) {
+      this.schedule(goods.endAt + FORGET_AFTER_MS);
+    }
+  }
+
+  /** A sale long over: its tickets and results go (the order history lives in Postgres). */
+  private forget(): void {
+    this.store.clear();
+    this.s.book = new Book();
+    this.s.results.clear();
+    this.pending = [];
+    this.s.hub = undefined;
+  }
+
+  /** Sets the one alarm to `at` unless an earlier one is already set. */
+  schedule(at: number): void {
+    if (this.alarmAt !== null && this.alarmAt <= at) {
+      return;
+    }
+    this.alarmAt = at;
+    void this.ctx.storage.setAlarm(at);
+  }
+
+  private buildReport(goods: RoomGoods, now: number): ShardReport {
+    const start = this.s.book.firstAbove(this.s.knownCursor);
+    const beyond = this.s.book.waiting.slice(start);
+    const { keys, exact } = reportKeys(beyond);
+    const horizon = this.s.book.unkeyed.size > 0 ? NOTHING : exact < beyond.length ? after(beyond[exact - 1] ?? '') : timeHorizon(now);
+    return {
+      goods,
+      shard: this.counters.shard,
+      waiting: beyond.length,
+      unkeyed: this.s.book.unkeyed.size,
+      covered: start,
+      keys,
+      exact,
+      horizon,
+      outstanding: this.s.outstanding(now),
+      arrivals: this.arrivals,
+      joined: this.counters.joined,
+      admitted: this.counters.admitted,
+      messages: this.counters.messages,
+      live: this.ctx.getWebSockets().length,
+      round: this.s.knownRound,
+    };
+  }
+
+  /** A report now, or the one already on its way (waited for on this call's own timer). */
+  private async freshReport(): Promise<void> {
+    const until = Date.now() + TICK_MS;
+    while (this.reporting && Date.now() < until) {
+      await sleep(5);
+    }
+    if (Date.now() - this.reportedAt > 50) {
+      await this.report();
+    }
+  }
+
+  private async report(): Promise<void> {
+    const goods = this.s.goods;
+    if (!goods || this.reporting) {
+      return;
+    }
+    this.reporting = true;
+    try {
+      const report = this.buildReport(goods, Date.now());
+      const reply = await roomHub(this.env, { id: goods.goodsId, locationHint: goods.locationHint }).report(report);
+      this.reportedAt = Date.now();
+      this.arrivals -= report.arrivals;
+      this.s.hub = reply;
+      for (const r of reply.rounds) {
+        if (r.round > this.s.knownRound) {
+          this.pending.push(r);
+          this.s.knownRound = r.round;
+          this.s.knownCursor = r.cursor;
+        }
+      }
+      this.s.placeAll();
+    } catch (error) {
+      log.warn('room.report_failed', { goodsId: goods.goodsId, shard: this.counters.shard, error });
+    } finally {
+      this.reporting = false;
+    }
+  }
+
+  /** The pre-queue's keys, once the coordinator has revealed the seed at the start. */
+  private async draw(): Promise<void> {
+    const seed = this.s.hub?.seed;
+    if (!seed || this.s.book.unkeyed.size === 0) {
+      return;
+    }
+    const drawn = await Promise.all([...this.s.book.unkeyed].map(async (t) => ({ t, key: await shuffleKey(seed, t.id) })));
+    this.ctx.storage.transactionSync(() => {
+      for (const { t, key } of drawn) {
+        if (t.key === null) {
+          this.s.book.draw(t, key);
+          this.store.setKey(t.id, key);
+        }
+      }
+    });
+  }
+
+  /** Admits every round whose time has come, each ticket stamped with its own round. */
+  private async admitDue(now: number): Promise<void> {
+    const goods = this.s.goods;
+    const due = this.pending.filter((r) => r.at <= now).sort((a, b) => a.round - b.round);
+    if (!goods || due.length === 0) {
+      return;
+    }
+    this.pending = this.pending.filter((r) => r.at > now);
+    const admitted: Ticket[] = [];
+    this.ctx.storage.transactionSync(() => {
+      for (const r of due) {
+        for (const t of this.s.book.admitUpTo(r.cursor, r.round, r.at, goods.passSeconds * 1000)) {
+          this.store.admit(t.id, r.round, r.at, t.passExpiresAt ?? r.at);
+          admitted.push(t);
+        }
+        this.counters.round = r.round;
+        this.counters.cursor = r.cursor;
+      }
+      this.counters.admitted += admitted.length;
+      this.store.saveState('shard', this.counters);
+    });
+    for (const t of admitted) {
+      for (const ws of this.ctx.getWebSockets(userTag(t.userId))) {
+        await this.tell(ws, now, false);
+      }
+    }
+  }
+}

@@ -1,0 +1,141 @@
+import { sealPass } from '../../workers/kernel/room-seal';
+import {
+  type HubReply,
+  ROOM_SHARDS,
+  type RoomGoods,
+  type RoomResult,
+  type TicketState,
+  type TicketView,
+} from '../../workers/kernel/waiting-room';
+import { Book, type Ticket } from './book';
+import { activeAt, defaultActive } from './hub-rules';
+import { etaSeconds, NOTHING, placeOf } from './rules';
+
+/** How often a busy shard reports to the coordinator. */
+export const TICK_MS = 1_000;
+/** A purchase token got just before a pass lapses still buys for its 60 s (workers/edge/purchase.ts). */
+const TOKEN_GRACE_MS = 60_000;
+
+/**
+ * What a shard knows of its line right now (its tickets, the coordinator's last reply, the
+ * rounds heard of, its shoppers' results), and what that makes of each ticket: its state, its
+ * place, its view. The shard (shard.ts) changes it; this reads it.
+ */
+export class Standing {
+  goods: RoomGoods | undefined;
+  book = new Book();
+  readonly results = new Map<string, { result: RoomResult; at: number }>();
+  hub: HubReply | undefined;
+  /** The latest round and cursor heard of (rounds may not be due yet). */
+  knownRound = 0;
+  knownCursor = '';
+
+  constructor(private readonly tokenSecret: () => string) {}
+
+  /** Whether the room holds shoppers in line at `now` (before any reply: what the settings say). */
+  active(goods: RoomGoods, now: number): boolean {
+    return this.hub ? activeAt(this.hub.active, now) : defaultActive(goods, now);
+  }
+
+  /** A ticket's state: admitted (or lapsed), sold out behind the line, or waiting. */
+  stateOf(t: Ticket, now: number): TicketState {
+    const goods = this.goods;
+    if (t.round !== null) {
+      const got = this.results.get(t.userId);
+      const bought = got !== undefined && got.at >= (t.admittedAt ?? 0);
+      return !bought && now >= (t.passExpiresAt ?? 0) ? 'EXPIRED' : 'ADMITTED';
+    }
+    if (goods && now >= goods.endAt) {
+      return 'SOLD_OUT';
+    }
+    const line = this.hub?.line ?? null;
+    if (line === null) {
+      return 'WAITING';
+    }
+    if (t.key === null) {
+      return line <= NOTHING ? 'SOLD_OUT' : 'WAITING';
+    }
+    return t.key > this.knownCursor && t.key >= line ? 'SOLD_OUT' : 'WAITING';
+  }
+
+  /** Shoppers ahead of a waiting ticket (an upper bound before the draw). */
+  positionOf(t: Ticket): number {
+    if (t.key === null) {
+      return Math.max(0, (this.hub?.preQueued ?? this.book.unkeyed.size) - 1);
+    }
+    if (t.key <= this.knownCursor) {
+      return 0;
+    }
+    if (t.position === null) {
+      const start = this.book.firstAbove(this.knownCursor);
+      t.position = placeOf(t.key, this.hub?.marks ?? { keys: [], counts: [] }, this.book.waiting, start, ROOM_SHARDS);
+    }
+    return t.position;
+  }
+
+  /** The ticket as its shopper sees it; an admitted one carries its pass. */
+  async view(t: Ticket, now: number): Promise<TicketView> {
+    const goods = this.goods;
+    const state = this.stateOf(t, now);
+    const position = state === 'WAITING' ? this.positionOf(t) : 0;
+    const rate = this.hub?.admitPerSecond ?? goods?.admitPerSecond ?? 1;
+    const result = this.results.get(t.userId)?.result;
+    const view: TicketView = {
+      ticketId: t.id,
+      userId: t.userId,
+      state,
+      position,
+      etaSeconds: state === 'WAITING' ? etaSeconds(position, rate, now, goods?.startAt ?? 0, TICK_MS) : 0,
+      remaining: this.hub?.remaining ?? 0,
+      orderKey: t.key,
+      preQueue: t.pre,
+      round: t.round,
+      ...(result ? { result } : {}),
+    };
+    if (t.admittedAt !== null) {
+      view.admittedAt = t.admittedAt;
+    }
+    if (state === 'ADMITTED' && goods && t.passExpiresAt !== null) {
+      view.expiresAt = t.passExpiresAt;
+      view.pass = await sealPass(this.tokenSecret(), {
+        goodsId: goods.goodsId,
+        userId: t.userId,
+        ticketId: t.id,
+        expiresAt: t.passExpiresAt,
+      });
+    }
+    return view;
+  }
+
+  /** Admitted shoppers who may still buy: no result since their admission, pass or last token still valid. */
+  outstanding(now: number): number {
+    let n = 0;
+    for (const t of this.book.byUser.values()) {
+      if (t.round !== null && now < (t.passExpiresAt ?? 0) + TOKEN_GRACE_MS) {
+        const got = this.results.get(t.userId);
+        if (!got || got.at < (t.admittedAt ?? 0)) {
+          n++;
+        }
+      }
+    }
+    return n;
+  }
+
+  /** Every waiting ticket's place from the latest marks; a place only ever moves forward. */
+  placeAll(): void {
+    const marks = this.hub?.marks;
+    if (!marks) {
+      return;
+    }
+    const start = this.book.firstAbove(this.knownCursor);
+    const waiting = this.book.waiting;
+    for (let i = start; i < waiting.length; i++) {
+      const key = waiting[i] ?? '';
+      const t = this.book.ticketAt(key);
+      if (t) {
+        const p = placeOf(key, marks, waiting, start, ROOM_SHARDS);
+        t.position = t.position === null ? p : Math.min(t.position, p);
+      }
+    }
+  }
+}

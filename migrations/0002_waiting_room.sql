@@ -1,0 +1,1 @@
+ALTER TABLE "seckill_goods" ADD COLUMN "queue" jsonb DEFAULT '{"mode":"off"}'::jsonb NOT NULL;

@@ -1,0 +1,262 @@
+import { describe, expect, it } from 'vitest';
+import { decide, type HubState, initialHubState, type Reported, type Stock } from '../../durable-objects/waiting-room/hub-rules';
+import {
+  after,
+  arrivalKey,
+  drawOrder,
+  lowerBound,
+  NOTHING,
+  placeOf,
+  reportKeys,
+  seedHashOf,
+  shuffleKey,
+  timeHorizon,
+} from '../../durable-objects/waiting-room/rules';
+import type { RoomGoods } from '../../workers/kernel/waiting-room';
+
+const TICK = 1_000;
+
+function goods(over: Partial<RoomGoods> = {}): RoomGoods {
+  return {
+    goodsId: 1,
+    locationHint: null,
+    startAt: 0,
+    endAt: 10_000_000,
+    paused: false,
+    mode: 'always',
+    admitPerSecond: 10,
+    preQueueSeconds: 0,
+    passSeconds: 120,
+    ...over,
+  };
+}
+
+/** A deterministic pseudo-random stream (xorshift32), so every run tests the same cases. */
+function rng(seed: number): () => number {
+  let x = seed || 1;
+  return () => {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    return (x >>> 0) / 0x1_0000_0000;
+  };
+}
+
+/** One simulated shard: its waiting keys and what it admitted, applying rounds as a shard does. */
+type SimShard = { waiting: string[]; admitted: { key: string; round: number }[]; known: number; cursor: string };
+
+function report(shard: SimShard, index: number, now: number, g: RoomGoods): Reported {
+  const start = shard.cursor === '' ? 0 : lowerBound(shard.waiting, after(shard.cursor));
+  const beyond = shard.waiting.slice(start);
+  const { keys, exact } = reportKeys(beyond);
+  return {
+    goods: g,
+    shard: index,
+    waiting: beyond.length,
+    unkeyed: 0,
+    covered: start,
+    keys,
+    exact,
+    horizon: exact < beyond.length ? after(beyond[exact - 1] ?? '') : timeHorizon(now),
+    outstanding: 0,
+    arrivals: 0,
+    joined: 0,
+    admitted: shard.admitted.length,
+    messages: 0,
+    live: 0,
+    round: shard.known,
+    receivedAt: now,
+  };
+}
+
+function apply(shard: SimShard, rounds: HubState['rounds']): void {
+  for (const r of rounds.filter((x) => x.round > shard.known)) {
+    const cut = lowerBound(shard.waiting, after(r.cursor));
+    for (const key of shard.waiting.splice(0, cut)) {
+      shard.admitted.push({ key, round: r.round });
+    }
+    shard.known = r.round;
+    shard.cursor = r.cursor;
+  }
+}
+
+describe('the pre-queue draw', () => {
+  it('is reproducible from the revealed seed: the published rule gives the same order', async () => {
+    const seed = 'a'.repeat(64);
+    const ids = ['t1', 't2', 't3', 't4', 't5', 't6'];
+    const order = await drawOrder(seed, ids);
+    expect(await drawOrder(seed, [...ids].reverse())).toEqual(order);
+    // The rule written out by hand: first 16 hex digits of SHA-256(seed || id), ascending.
+    const digest = async (text: string) =>
+      [...new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(text)))]
+        .map((b) => b.toString(16).padStart(2, '0'))
+        .join('');
+    const byHand = await Promise.all(ids.map(async (id) => ({ id, h: (await digest(seed + id)).slice(0, 16) })));
+    expect(byHand.sort((a, b) => (a.h < b.h ? -1 : 1)).map((x) => x.id)).toEqual(order);
+    expect(await shuffleKey(seed, 't1')).toBe(`0${(await digest(`${seed}t1`)).slice(0, 16)}t1`);
+    expect(await seedHashOf(seed)).toBe(await digest(seed));
+    // Every pre-queue key sorts before every arrival key.
+    expect((await shuffleKey(seed, 'zzz')) < arrivalKey(0, 'a')).toBe(true);
+  });
+
+  it('is uniform: a chi-square test over 12,000 seeds finds every order of 4 tickets equally likely', async () => {
+    const ids = ['ticket-a', 'ticket-b', 'ticket-c', 'ticket-d'];
+    const counts = new Map<string, number>();
+    const trials = 12_000;
+    for (let i = 0; i < trials; i++) {
+      // Seeds are fixed (the hash of the trial number), so the test is the same every run.
+      const seed = await seedHashOf(`seed-${i}`);
+      const order = (await drawOrder(seed, ids)).join(',');
+      counts.set(order, (counts.get(order) ?? 0) + 1);
+    }
+    expect(counts.size).toBe(24);
+    const expected = trials / 24;
+    const chi2 = [...counts.values()].reduce((s, n) => s + (n - expected) ** 2 / expected, 0);
+    // 23 degrees of freedom: P(chi2 > 49.73) = 0.001.
+    expect(chi2).toBeLessThan(49.73);
+  });
+
+  it('is uniform by place: each of 10 tickets lands on each place about equally often', async () => {
+    const ids = Array.from({ length: 10 }, (_, i) => `t${i}`);
+    const table = ids.map(() => new Array<number>(10).fill(0));
+    const trials = 3_000;
+    for (let i = 0; i < trials; i++) {
+      const order = await drawOrder(await seedHashOf(`place-${i}`), ids);
+      order.forEach((id, place) => {
+        const row = table[Number(id.slice(1))];
+        if (row) {
+          row[place] = (row[place] ?? 0) + 1;
+        }
+      });
+    }
+    const expected = trials / 10;
+    const chi2 = table.flat().reduce((s, n) => s + (n - expected) ** 2 / expected, 0);
+    // 81 degrees of freedom ((10-1)^2): P(chi2 > 124.8) = 0.001.
+    expect(chi2).toBeLessThan(124.8);
+  });
+});
+
+describe("the coordinator's decision", () => {
+  it('admits across shards in one global order, within the rate, whatever the reports look like', () => {
+    const random = rng(7);
+    const g = goods({ admitPerSecond: 37 });
+    const shards: SimShard[] = Array.from({ length: 8 }, () => ({ waiting: [], admitted: [], known: 0, cursor: '' }));
+    let state = initialHubState(g, 0);
+    let id = 0;
+    const stock: Stock = { remaining: 1_000_000, queued: 0, confirmed: 0 };
+    // The coordinator keeps each shard's latest report; a shard that skips a tick leaves its old one.
+    const latest = new Map<number, Reported>();
+    for (let t = 1; t <= 60; t++) {
+      const now = t * TICK;
+      // Arrivals, unevenly over the shards, some of them joining between reports.
+      for (let k = 0; k < 60; k++) {
+        const s = shards[Math.floor(random() * random() * shards.length)];
+        const at = now - Math.floor(random() * TICK);
+        s?.waiting.push(arrivalKey(at, `id${String(id++).padStart(6, '0')}`));
+        s?.waiting.sort();
+      }
+      // Some shards report late or not at all this tick.
+      shards.forEach((s, i) => {
+        if (t === 1 || random() < 0.8) {
+          latest.set(i, report(s, i, now, g));
+        }
+      });
+      const before = state.round;
+      const decided = decide(state, [...latest.values()], g, stock, 0, now, TICK);
+      state = decided.state;
+      if (state.round > before) {
+        const covered = shards.reduce((n, s) => n + lowerBound(s.waiting, after(state.cursor)), 0);
+        expect(covered).toBeGreaterThan(0);
+      }
+      for (const s of shards) {
+        if (random() < 0.7) {
+          apply(s, state.rounds);
+        }
+      }
+    }
+    for (const s of shards) {
+      apply(s, state.rounds);
+    }
+    const all = shards.flatMap((s) => s.admitted).sort((a, b) => (a.key < b.key ? -1 : 1));
+    expect(all.length).toBeGreaterThan(1_000);
+    // Sorted by key, the rounds never go back: nobody is admitted before someone ahead of them.
+    for (let i = 1; i < all.length; i++) {
+      expect(all[i]?.round ?? 0).toBeGreaterThanOrEqual(all[i - 1]?.round ?? 0);
+    }
+    // And each round admits no more than the rate allows (a bucket of one second).
+    const perRound = new Map<number, number>();
+    for (const a of all) {
+      perRound.set(a.round, (perRound.get(a.round) ?? 0) + 1);
+    }
+    expect(Math.max(...perRound.values())).toBeLessThanOrEqual(37);
+  });
+
+  it('draws the sold-out line where the free units run out, once two decisions agree', () => {
+    const g = goods({ admitPerSecond: 2 });
+    const keys = Array.from({ length: 10 }, (_, i) => arrivalKey(100 + i, `k${i}`));
+    const shard: SimShard = { waiting: [...keys], admitted: [], known: 0, cursor: '' };
+    const stock: Stock = { remaining: 5, queued: 0, confirmed: 0 };
+    let state = initialHubState(g, 0);
+    let d = decide(state, [report(shard, 0, 1_000, g)], g, stock, 0, 1_000, TICK);
+    // First decision: two admitted (keys 0, 1); three units left for eight waiting: keys 5.. are out, but not yet told.
+    expect(d.state.cursor).toBe(keys[1]);
+    expect(d.view.line).toBeNull();
+    state = d.state;
+    d = decide(state, [report(shard, 0, 2_000, g)], g, stock, 0, 2_000, TICK);
+    // Second: two more (2, 3); one unit for six waiting: the fifth key (index 4) is the last with a chance.
+    expect(d.state.cursor).toBe(keys[3]);
+    expect(d.view.line).toBe(keys[5]);
+    expect(d.view.marks.keys[0]).toBe(keys[4]);
+    expect(d.view.marks.counts[0]).toBe(0);
+  });
+
+  it('admits nobody and tells nobody sold out before the pre-queue is drawn', () => {
+    const g = goods({ startAt: 5_000, preQueueSeconds: 60 });
+    const r = { ...report({ waiting: [], admitted: [], known: 0, cursor: '' }, 0, 1_000, g), unkeyed: 50, horizon: NOTHING };
+    const d = decide(initialHubState(g, 1_000), [r], g, { remaining: 10, queued: 0, confirmed: 0 }, 0, 6_000, TICK);
+    expect(d.state.round).toBe(0);
+    expect(d.view.line).toBeNull();
+    expect(d.view.preQueued).toBe(50);
+  });
+
+  it('in auto mode holds a line while arrivals exceed the rate, and lets go once it is empty and quiet', () => {
+    const g = goods({ mode: 'auto', admitPerSecond: 5 });
+    const empty = (now: number) => report({ waiting: [], admitted: [], known: 0, cursor: '' }, 0, now, g);
+    let state = initialHubState(g, 0);
+    state = decide(state, [empty(1_000)], g, undefined, 30, 1_000, TICK).state;
+    expect(state.active.on).toBe(true);
+    expect(state.active.since).toBeGreaterThan(1_000);
+    for (let t = 2; t < 8; t++) {
+      state = decide(state, [empty(t * TICK)], g, undefined, 1, t * TICK, TICK).state;
+    }
+    expect(state.active.on).toBe(true);
+    for (let t = 8; t < 20; t++) {
+      state = decide(state, [empty(t * TICK)], g, undefined, 0, t * TICK, TICK).state;
+    }
+    expect(state.active.on).toBe(false);
+  });
+});
+
+describe('a shopper place, estimated from the marks', () => {
+  it('is exact for the first 64 places and within 3% beyond, for 100,000 shoppers over 32 shards', () => {
+    const random = rng(11);
+    const keys = Array.from({ length: 100_000 }, (_, i) => arrivalKey(1_000 + i, `u${i}`));
+    const shardOf = keys.map(() => Math.floor(random() * 32));
+    const shards = Array.from({ length: 32 }, (_, s) => keys.filter((_, i) => shardOf[i] === s));
+    const g = goods({ admitPerSecond: 1 });
+    const reports = shards.map((own, i) => report({ waiting: own, admitted: [], known: 0, cursor: '' }, i, 1_000_000, g));
+    const { view } = decide(initialHubState(g, 0), reports, g, { remaining: 1_000_000, queued: 0, confirmed: 0 }, 0, 1_000_000, TICK);
+    // One shopper was admitted by this decision: the true place of key i is i - 1.
+    let worst = 0;
+    for (let i = 1; i < keys.length; i += 37) {
+      const own = shards[shardOf[i] ?? 0] ?? [];
+      const estimate = placeOf(keys[i] ?? '', view.marks, own, own[0] === keys[0] ? 1 : 0, 32);
+      const truth = i - 1;
+      if (truth < 64) {
+        expect(estimate).toBe(truth);
+      }
+      worst = Math.max(worst, Math.abs(estimate - truth) / Math.max(1, truth));
+    }
+    expect(worst).toBeLessThan(0.03);
+  });
+});

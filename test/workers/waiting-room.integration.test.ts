@@ -1,0 +1,226 @@
+import { env } from 'cloudflare:workers';
+import { describe, expect, it } from 'vitest';
+import { sealPass, sealTicket } from '../../workers/kernel/room-seal';
+import { ADMIN, bearer, buy, call, json, metric, scrape } from './helpers';
+import {
+  buyWithPass,
+  createQueuedGoods,
+  join,
+  type LiveEvent,
+  openLive,
+  shopper,
+  sleep,
+  type TicketAnswer,
+  ticketNow,
+  tokenWithPass,
+} from './room-helpers';
+
+const positions = (events: LiveEvent[]) => events.filter((e) => e.type === 'position');
+
+describe('the waiting room, one shopper at a time', () => {
+  it('gives a shopper the same ticket however often they join', async () => {
+    const { goodsId } = await createQueuedGoods({ stock: 5, queue: { mode: 'always', admitPerSecond: 1 } });
+    const s = await shopper('same-ticket');
+    const a = await join(s.jwt, goodsId);
+    const b = await join(s.jwt, goodsId);
+    expect(a.status).toBe(200);
+    expect(b.body.ticketId).toBe(a.body.ticketId);
+    expect(b.body.ticket).toBe(a.body.ticket);
+    expect(b.body.orderKey).toBe(a.body.orderKey);
+  });
+
+  it('moves positions and ETAs as admissions happen, over the live channel and for polling clients', async () => {
+    const { goodsId } = await createQueuedGoods({ stock: 40, queue: { mode: 'always', admitPerSecond: 3, passSeconds: 60 } });
+    const crowd = [];
+    for (let i = 0; i < 16; i++) {
+      crowd.push(await join((await shopper(`moving-${i}`)).jwt, goodsId));
+    }
+    const last = crowd[crowd.length - 1]?.body as TicketAnswer;
+    const live = await openLive(goodsId, { ticket: last.ticket });
+    const polled: TicketAnswer[] = [];
+    for (let i = 0; i < 4; i++) {
+      await sleep(1_100);
+      polled.push(await ticketNow(goodsId, last.ticket));
+    }
+    await live.next((e) => e.type === 'admitted', 20_000);
+    // Polling: the place only goes forward and does go forward; the ETA follows it.
+    const places = polled.map((p) => p.position);
+    expect(places.every((p, i) => i === 0 || p <= (places[i - 1] ?? p))).toBe(true);
+    expect((places[0] ?? 0) - (places.at(-1) ?? 0)).toBeGreaterThanOrEqual(3);
+    const etas = polled.map((p) => p.etaSeconds);
+    expect(etas.every((e, i) => i === 0 || e <= (etas[i - 1] ?? e))).toBe(true);
+    expect((etas[0] ?? 0) > (etas.at(-1) ?? 0)).toBe(true);
+    // Live: several position events, each place smaller than the one before, at most one per 2 s.
+    const pushed = positions(live.events);
+    expect(pushed.length).toBeGreaterThanOrEqual(2);
+    const livePlaces = pushed.map((e) => Number(e.position));
+    expect(livePlaces.every((p, i) => i === 0 || p < (livePlaces[i - 1] ?? p))).toBe(true);
+    expect(live.events.at(-1)?.type).toBe('admitted');
+    live.close();
+  });
+
+  it('tells a shopper sold_out at once when the units left are fewer than the shoppers ahead', async () => {
+    const { goodsId } = await createQueuedGoods({ stock: 3, queue: { mode: 'always', admitPerSecond: 1, passSeconds: 60 } });
+    const answers: TicketAnswer[] = [];
+    for (let i = 0; i < 8; i++) {
+      answers.push((await join((await shopper(`early-out-${i}`)).jwt, goodsId)).body);
+    }
+    const lives = await Promise.all(answers.map((a) => openLive(goodsId, { ticket: a.ticket })));
+    const joinedAt = Date.now();
+    // Three units: shoppers 0-2 can still get one; 3-7 have at least three ahead of them.
+    const outs = await Promise.all(lives.slice(3).map((l) => l.next((e) => e.type === 'sold_out', 10_000)));
+    const heardMs = Date.now() - joinedAt;
+    expect(outs).toHaveLength(5);
+    // Within a few ticks, long before the line (one a second) would have reached them.
+    expect(heardMs).toBeLessThan(4_000);
+    for (const l of lives.slice(0, 3)) {
+      expect(l.events.some((e) => e.type === 'sold_out')).toBe(false);
+    }
+    expect((await ticketNow(goodsId, answers[7]?.ticket ?? '')).state).toBe('SOLD_OUT');
+    for (const l of lives) {
+      l.close();
+    }
+  });
+
+  it('resumes a dropped connection: the same ticket gets the current state, then the result, at once', async () => {
+    const { goodsId } = await createQueuedGoods({ stock: 5, queue: { mode: 'always', admitPerSecond: 5, passSeconds: 60 } });
+    const s = await shopper('resumer');
+    const { body } = await join(s.jwt, goodsId);
+    const first = await openLive(goodsId, { ticket: body.ticket });
+    const admitted = await first.next((e) => e.type === 'admitted');
+    first.close();
+    // Reconnect: the state is the first thing on the new connection, with no tick to wait for.
+    const opened = Date.now();
+    const second = await openLive(goodsId, { ticket: body.ticket });
+    const again = await second.next(() => true, 2_000);
+    expect(Date.now() - opened).toBeLessThan(500);
+    expect(again).toMatchObject({ type: 'admitted', pass: admitted.pass });
+    const bought = await buyWithPass(s.jwt, goodsId, String(admitted.pass));
+    expect(bought.statuses).toEqual([200, 202]);
+    await second.next((e) => e.type === 'result');
+    second.close();
+    const third = await openLive(goodsId, { ticket: body.ticket });
+    const replay = await third.next((e) => e.type === 'result', 2_000);
+    expect(replay).toMatchObject({ requestId: bought.requestId, status: 'SUCCESS' });
+    third.close();
+  });
+
+  it('pushes the purchase result over the live channel with the queue off too, with no polling request', async () => {
+    const { goodsId } = await createQueuedGoods({ stock: 5, queue: { mode: 'off' } });
+    const s = await shopper('no-queue-live');
+    // A browser offers its JWT as a subprotocol (it cannot set Authorization on a WebSocket).
+    const live = await openLive(goodsId, { jwt: s.jwt });
+    const before = metric(await scrape(), 'seckill_http_requests_total', { route: '/api/seckill/result/:requestId' });
+    const { status, body } = await buy(s.userId, goodsId, { jwt: s.jwt });
+    expect(status).toBe(202);
+    const result = await live.next((e) => e.type === 'result', 20_000);
+    expect(result).toMatchObject({ requestId: body.requestId, status: 'SUCCESS' });
+    expect(String(result.orderId)).toMatch(/^\d+-\d+$/);
+    const after = metric(await scrape(), 'seckill_http_requests_total', { route: '/api/seckill/result/:requestId' });
+    expect(after).toBe(before);
+    live.close();
+    // Joining a goods without a waiting room admits at once and still hands out a ticket for the live channel.
+    const joined = await join(s.jwt, goodsId);
+    expect(joined.body).toMatchObject({ state: 'ADMITTED', position: 0, queue: 'off' });
+    expect(joined.body.ticket).toMatch(/\./);
+  });
+
+  it('lets a lapsed pass go, and a shopper who joins again goes to the back of the line', async () => {
+    const { goodsId } = await createQueuedGoods({ stock: 10, queue: { mode: 'always', admitPerSecond: 10, passSeconds: 10 } });
+    const s = await shopper('lapsed');
+    const { body } = await join(s.jwt, goodsId);
+    const live = await openLive(goodsId, { ticket: body.ticket });
+    const admitted = await live.next((e) => e.type === 'admitted');
+    await live.next((e) => e.type === 'expired', 15_000);
+    expect((await ticketNow(goodsId, body.ticket)).state).toBe('EXPIRED');
+    expect((await tokenWithPass(s.jwt, goodsId, String(admitted.pass))).status).toBe(403);
+    const again = await join(s.jwt, goodsId);
+    expect(again.body.ticketId).toBe(body.ticketId);
+    expect(again.body.state).toBe('WAITING');
+    expect((again.body.orderKey ?? '') > (body.orderKey ?? '')).toBe(true);
+    await live.next((e) => e.type === 'admitted' && e.pass !== admitted.pass, 10_000);
+    live.close();
+  }, 40_000);
+});
+
+describe('the admission pass on the token route', () => {
+  it('refuses a token without a pass, with a forged, expired or someone else’s pass, and takes a real one', async () => {
+    const { goodsId } = await createQueuedGoods({ stock: 5, queue: { mode: 'always', admitPerSecond: 10, passSeconds: 60 } });
+    const s = await shopper('pass-holder');
+    const other = await shopper('pass-other');
+    const code = async (res: Response) => ({ status: res.status, code: (await json<{ error?: { code: string } }>(res)).error?.code });
+    expect(await code(await tokenWithPass(s.jwt, goodsId, undefined))).toEqual({ status: 403, code: 'NOT_ADMITTED' });
+    const { body } = await join(s.jwt, goodsId);
+    const live = await openLive(goodsId, { ticket: body.ticket });
+    const pass = String((await live.next((e) => e.type === 'admitted')).pass);
+    live.close();
+    const expired = await sealPass(env.TOKEN_SECRET, { goodsId, userId: s.userId, ticketId: body.ticketId, expiresAt: Date.now() - 1 });
+    const forged = `${pass.slice(0, pass.indexOf('.'))}.${'A'.repeat(43)}`;
+    const otherGoods = await sealPass(env.TOKEN_SECRET, {
+      goodsId: goodsId + 1,
+      userId: s.userId,
+      ticketId: 'x',
+      expiresAt: Date.now() + 60_000,
+    });
+    for (const bad of [expired, forged, otherGoods, 'not-a-pass']) {
+      // Spaced out: a shopper may ask for 3 challenges a second.
+      await sleep(400);
+      expect(await code(await tokenWithPass(s.jwt, goodsId, bad))).toEqual({ status: 403, code: 'NOT_ADMITTED' });
+    }
+    expect(await code(await tokenWithPass(other.jwt, goodsId, pass))).toEqual({ status: 403, code: 'NOT_ADMITTED' });
+    await sleep(400);
+    expect((await tokenWithPass(s.jwt, goodsId, pass)).status).toBe(200);
+  });
+});
+
+describe('the waiting room refuses bad input with the contract’s 4xx', () => {
+  it('answers malformed or foreign tickets, wrong windows and bad settings without a 5xx', async () => {
+    const now = Date.now();
+    const { goodsId } = await createQueuedGoods({ stock: 5, queue: { mode: 'always' } });
+    const s = await shopper('bad-input');
+    const status = async (path: string, init: RequestInit & { json?: unknown } = {}) => (await call(path, init)).status;
+    expect(await status(`/api/seckill/goods/${goodsId}/queue/garbage`)).toBe(400);
+    const foreign = await sealTicket('some-other-secret-0123456789abcdef', { goodsId, userId: s.userId, ticketId: 'abc' });
+    expect(await status(`/api/seckill/goods/${goodsId}/queue/${foreign}`)).toBe(404);
+    const unknown = await sealTicket(env.TOKEN_SECRET, { goodsId, userId: s.userId, ticketId: 'never-joined' });
+    expect(await status(`/api/seckill/goods/${goodsId}/queue/${unknown}`)).toBe(404);
+    expect(await status(`/api/seckill/goods/${goodsId}/queue`, { method: 'POST' })).toBe(401);
+    expect(await status(`/api/seckill/goods/999999999/queue`, { method: 'POST', headers: bearer(s.jwt) })).toBe(404);
+    expect(await status(`/api/seckill/goods/${goodsId}/live`)).toBe(400);
+    expect(await status(`/api/seckill/goods/${goodsId}/live?ticket=${foreign}`, { headers: { upgrade: 'websocket' } })).toBe(401);
+    expect(await status(`/api/seckill/goods/${goodsId}/live`, { headers: { upgrade: 'websocket' } })).toBe(401);
+    expect(
+      await status(`/api/seckill/goods/${goodsId}/live`, {
+        headers: { upgrade: 'websocket', 'sec-websocket-protocol': 'seckill-live, jwt.bad' },
+      }),
+    ).toBe(401);
+    for (const queue of [{ mode: 'sometimes' }, { mode: 'always', admitPerSecond: 0 }, { mode: 'always', extra: 1 }, 'always']) {
+      expect(await status(`/admin/goods/${goodsId}`, { method: 'PUT', headers: ADMIN, json: { queue } })).toBe(400);
+    }
+    expect(await status(`/admin/goods/${goodsId}`, { method: 'PUT', headers: ADMIN, json: {} })).toBe(400);
+    expect(await status(`/admin/goods/999999999`, { method: 'PUT', headers: ADMIN, json: { queue: { mode: 'off' } } })).toBe(404);
+    // The room opens with the pre-queue (or the start) and closes with the sale.
+    const later = await createQueuedGoods({ stock: 5, queue: { mode: 'always', preQueueSeconds: 60 }, startAt: now + 600_000 });
+    const early = await join(s.jwt, later.goodsId);
+    expect(early.status).toBe(425);
+    const over = await createQueuedGoods({ stock: 5, queue: { mode: 'always' }, startAt: now - 7200_000, endAt: now - 3600_000 });
+    expect((await join(s.jwt, over.goodsId)).status).toBe(410);
+    const off = await createQueuedGoods({ stock: 5, queue: { mode: 'off' } });
+    expect(await status(`/api/seckill/goods/${off.goodsId}/fairness`)).toBe(404);
+  });
+
+  it('changes the settings with PUT, echoes them, and shows the mode on the goods page', async () => {
+    const { goodsId } = await createQueuedGoods({ stock: 5, queue: { mode: 'off' } });
+    const res = await call(`/admin/goods/${goodsId}`, {
+      method: 'PUT',
+      headers: ADMIN,
+      json: { queue: { mode: 'always', admitPerSecond: 7 } },
+    });
+    expect(res.status).toBe(200);
+    expect((await json<{ queue: unknown }>(res)).queue).toEqual({ mode: 'always', admitPerSecond: 7 });
+    const page = await json<{ queue?: { mode: string } }>(await call(`/api/seckill/goods/${goodsId}`));
+    expect(page.queue?.mode).toBe('always');
+    const s = await shopper('put-mode');
+    expect((await tokenWithPass(s.jwt, goodsId, undefined)).status).toBe(403);
+  });
+});

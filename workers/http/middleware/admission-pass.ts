@@ -1,0 +1,20 @@
+import { createMiddleware } from 'hono/factory';
+import { lineIsOn, requirePass } from '../../edge/waiting-room';
+import { type AppEnv, waitUntilOf } from '../context';
+
+/** The header an admitted shopper sends its admission pass in. */
+export const PASS_HEADER = 'x-admission-pass';
+
+/**
+ * While the goods' waiting room holds a line, a purchase token is only for an admitted shopper:
+ * 403 NOT_ADMITTED without a valid admission pass (checked here, with no object call). Needs the
+ * shopper and the goods (after shopperAuth and loadGoods).
+ */
+export const requireAdmission = createMiddleware<AppEnv>(async function requireAdmission(c, next) {
+  const { config, goods, userId } = c.var;
+  const now = Date.now();
+  if (await lineIsOn(c.env, goods, now, waitUntilOf(c))) {
+    await requirePass(config, c.req.header(PASS_HEADER), userId, goods.id, now);
+  }
+  await next();
+});

@@ -1,0 +1,73 @@
+import { z } from 'zod';
+import { fromBase64Url, hmacB64, safeEqual, toBase64Url } from './crypto';
+
+// The waiting room's two signed blobs, `base64url(json).base64url(hmac)` under the token secret,
+// domain-separated from the purchase tokens and challenges (workers/edge/signed.ts):
+//  - the ticket names a shopper's place (goods, user, ticket id): it authenticates the live
+//    channel and the status route, so the edge reaches the right shard without a lookup;
+//  - the admission pass says "admitted until e": the token route checks it with no object call.
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+async function seal(secret: string, purpose: string, payload: object): Promise<string> {
+  const body = toBase64Url(encoder.encode(JSON.stringify(payload)));
+  return `${body}.${await hmacB64(secret, `${purpose}|${body}`)}`;
+}
+
+async function open<T>(secret: string, purpose: string, blob: string, schema: z.ZodType<T>): Promise<T | undefined> {
+  const dot = blob.indexOf('.');
+  if (dot <= 0 || blob.length > 512) {
+    return undefined;
+  }
+  const body = blob.slice(0, dot);
+  if (!safeEqual(blob.slice(dot + 1), await hmacB64(secret, `${purpose}|${body}`))) {
+    return undefined;
+  }
+  const bytes = fromBase64Url(body);
+  if (!bytes) {
+    return undefined;
+  }
+  try {
+    const parsed = schema.safeParse(JSON.parse(decoder.decode(bytes)));
+    return parsed.success ? parsed.data : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+const TicketPayload = z.object({ g: z.number(), u: z.string(), i: z.string() });
+export type RoomTicket = { goodsId: number; userId: string; ticketId: string };
+
+/** The shopper's signed ticket. `ticketId` is empty when the goods has no queue (the live channel still hears results). */
+export function sealTicket(secret: string, t: RoomTicket): Promise<string> {
+  return seal(secret, 'room-ticket', { g: t.goodsId, u: t.userId, i: t.ticketId });
+}
+
+export async function openTicket(secret: string, blob: string): Promise<RoomTicket | undefined> {
+  const p = await open(secret, 'room-ticket', blob, TicketPayload);
+  return p && { goodsId: p.g, userId: p.u, ticketId: p.i };
+}
+
+const PassPayload = z.object({ g: z.number(), u: z.string(), i: z.string(), e: z.number() });
+export type AdmissionPass = { goodsId: number; userId: string; ticketId: string; expiresAt: number };
+
+/** An admission pass: this shopper may ask for purchase tokens for this goods until `expiresAt`. */
+export function sealPass(secret: string, p: AdmissionPass): Promise<string> {
+  return seal(secret, 'room-pass', { g: p.goodsId, u: p.userId, i: p.ticketId, e: p.expiresAt });
+}
+
+/** The pass when it is genuine, for this shopper and goods, and not expired at `now`. */
+export async function verifyPass(
+  secret: string,
+  blob: string,
+  userId: string,
+  goodsId: number,
+  now: number,
+): Promise<AdmissionPass | undefined> {
+  const p = await open(secret, 'room-pass', blob, PassPayload);
+  if (!p || p.u !== userId || p.g !== goodsId || p.e <= now) {
+    return undefined;
+  }
+  return { goodsId: p.g, userId: p.u, ticketId: p.i, expiresAt: p.e };
+}
