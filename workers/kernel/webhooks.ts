@@ -1,5 +1,4 @@
 import { z } from 'zod';
-import { hmacHex } from './crypto';
 import { orderStatusName } from './order-status';
 
 // The shop's webhooks: the events, the admin API's bodies, the queue message that carries a
@@ -139,9 +138,4 @@ export function webhookOrder(o: {
 /** The JSON body a delivery POSTs: the same bytes on every attempt of the event. */
 export function webhookBody(event: { id: string; type: string; createdAt: Date; payload: unknown }): string {
   return JSON.stringify({ id: event.id, type: event.type, createdAt: event.createdAt.toISOString(), data: event.payload });
-}
-
-/** `Webhook-Signature`: `v1=` + hex HMAC-SHA256(secret, "{id}.{timestamp}.{body}"), timestamp in Unix seconds. */
-export async function webhookSignature(secret: string, id: string, timestamp: number, body: string): Promise<string> {
-  return `v1=${await hmacHex(secret, `${id}.${timestamp}.${body}`)}`;
 }

@@ -12,7 +12,8 @@ import { backoffSeconds, queueDelay } from '../kernel/backoff';
 import { getConfig } from '../kernel/config';
 import { log } from '../kernel/log';
 import type { RetrySchedule } from '../kernel/retry-schedule';
-import { WEBHOOK_GIVE_UP_MS, WEBHOOK_TIMEOUT_MS, WebhookMessage, webhookBody, webhookSignature } from '../kernel/webhooks';
+import { webhookSignature } from '../kernel/webhook-signature';
+import { WEBHOOK_GIVE_UP_MS, WEBHOOK_TIMEOUT_MS, WebhookMessage, webhookBody } from '../kernel/webhooks';
 
 /**
  * The webhook sender: each message names a delivery row of the outbox. The row is claimed
