@@ -5,7 +5,7 @@
 import { createExecutionContext, createMessageBatch, getQueueResult } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { eq, sql as raw } from 'drizzle-orm';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { closePendingOrder } from '../../db/lifecycle';
 import { writeOrders } from '../../db/orders';
 import { seckillGoods, webhookDelivery } from '../../db/schema';
@@ -39,7 +39,8 @@ async function attemptAt(deliveryId: string, now: number) {
   return getQueueResult(batch, createExecutionContext());
 }
 
-beforeAll(async () => {
+// Every test starts with every event on (a test that changes them puts them back).
+beforeEach(async () => {
   expect((await putHooks({ url: DEAD_URL, secret: 'a-test-secret-0123456789', events: ALL })).status).toBe(200);
 });
 
