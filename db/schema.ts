@@ -173,3 +173,51 @@ export const reconciliationReport = pgTable(
   },
   (t) => [index('reconciliation_report_goods_idx').on(t.goodsId, t.runAt)],
 );
+
+/** The shop's webhook endpoint: at most one row (id 1). No row, or no events, means webhooks are off. */
+export const webhookConfig = pgTable(
+  'webhook_config',
+  {
+    id: smallint('id').primaryKey().default(1),
+    url: text('url').notNull(),
+    secret: text('secret').notNull(),
+    /** The event types sent: order.created, order.paid, order.closed, order.refunded. */
+    events: text('events').array().notNull(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [check('webhook_config_single_row', sql`${t.id} = 1`)],
+);
+
+/**
+ * The webhooks' outbox and delivery log: one row per event, written in the transaction of the
+ * order change it tells (so none is lost and none is sent for a change that rolled back). The
+ * id is the event id the shop sees; it is derived from the order and the event type, so a
+ * repeated change writes nothing and a redelivery keeps it.
+ */
+export const webhookDelivery = pgTable(
+  'webhook_delivery',
+  {
+    id: text('id').primaryKey(),
+    type: text('type').notNull(),
+    orderId: text('order_id').notNull(),
+    goodsId: bigint('goods_id', { mode: 'number' }).notNull(),
+    payload: jsonb('payload').notNull(),
+    /** PENDING, DELIVERED, FAILED */
+    status: text('status').notNull().default('PENDING'),
+    attempts: integer('attempts').notNull().default(0),
+    /** When the next attempt is due; while one is in flight, when it may be taken over. */
+    nextAttemptAt: timestamp('next_attempt_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow(),
+    /** Retries stop (FAILED) a fixed time after this: the event's creation, or its last redelivery. */
+    retrySince: timestamp('retry_since', { withTimezone: true, mode: 'date' }).notNull().defaultNow(),
+    lastAttemptAt: timestamp('last_attempt_at', { withTimezone: true, mode: 'date' }),
+    lastStatusCode: integer('last_status_code'),
+    lastError: text('last_error'),
+    deliveredAt: timestamp('delivered_at', { withTimezone: true, mode: 'date' }),
+    createdAt: createdAt(),
+  },
+  (t) => [
+    index('webhook_delivery_goods_status_idx').on(t.goodsId, t.status),
+    index('webhook_delivery_created_idx').on(t.createdAt),
+    index('webhook_delivery_pending_due_idx').on(t.nextAttemptAt).where(sql`${t.status} = 'PENDING'`),
+  ],
+);

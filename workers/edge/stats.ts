@@ -2,6 +2,7 @@ import { withDbFor } from '../../db/client';
 import { countOpenDeadLetters } from '../../db/dead-letters';
 import { countOrdersByStatus, findGoods } from '../../db/goods';
 import { ORDER_STATUS, type OrderStatusName } from '../../db/schema';
+import { countDeliveries, type DeliveryCounts } from '../../db/webhooks';
 import { goodsStock } from '../../durable-objects/routing';
 import type { Config } from '../kernel/config';
 import { readStocks } from '../mirror/client';
@@ -23,6 +24,8 @@ export type GoodsStats = {
   /** Messages of this goods that exhausted their retries and were not re-driven yet. */
   deadLetters: number;
   consistent: boolean;
+  /** The shop's webhook deliveries of this goods' orders, by state. */
+  webhooks: DeliveryCounts;
   /** The waiting room: shoppers in line, admissions per second, and the room's other totals. */
   queue: Awaited<ReturnType<typeof roomStatsOf>> | null;
 };
@@ -39,14 +42,15 @@ export async function goodsStats(env: Env, config: Config, goodsId: number): Pro
       return undefined;
     }
     // The row first: it says where the goods' object lives; the rest is read side by side.
-    const [counts, deadLetters, snapshot, mirrored, queue] = await Promise.all([
+    const [counts, deadLetters, webhooks, snapshot, mirrored, queue] = await Promise.all([
       countOrdersByStatus(d, goodsId),
       countOpenDeadLetters(d, goodsId),
+      countDeliveries(d, goodsId),
       goodsStock(env, row).snapshot(),
       config.redis ? readStocks(config.redis, [goodsId]) : Promise.resolve(undefined),
       roomStatsOf(env, row).catch(() => null),
     ]);
-    return { fromDb: { row, counts, deadLetters }, snapshot, mirrored, queue };
+    return { fromDb: { row, counts, deadLetters, webhooks }, snapshot, mirrored, queue };
   });
   if (!found) {
     return undefined;
@@ -83,6 +87,7 @@ export async function goodsStats(env: Env, config: Config, goodsId: number): Pro
     outboxPending: snapshot?.outboxPending ?? 0,
     deadLetters: fromDb.deadLetters,
     consistent,
+    webhooks: fromDb.webhooks,
     queue,
   };
 }

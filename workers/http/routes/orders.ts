@@ -4,6 +4,7 @@ import { closePendingOrder, findOrder, type OrderRow } from '../../../db/lifecyc
 import { createPayment, markPaymentFailed } from '../../../db/payments';
 import { placementOf } from '../../edge/placements';
 import { releaseOrRepair } from '../../edge/release';
+import { enqueueDeliveries } from '../../edge/webhooks';
 import { OrderParam, PayBody } from '../../kernel/contract';
 import { randomId } from '../../kernel/crypto';
 import { AppError } from '../../kernel/errors';
@@ -128,6 +129,8 @@ export const orders = new Hono<AppEnv>()
     if (result.kind !== 'closed') {
       throw notCancellable(result.order);
     }
+    // The shop hears of it after the answer (a lost send is re-sent by the cron).
+    c.executionCtx.waitUntil(enqueueDeliveries(c.env, result.webhookIds));
     // Postgres has the unit back already; the goods' object gets it now, or from the queue later.
     await releaseOrRepair(c.env, await placementOf(http, order.goodsId), result.order);
     return c.json(orderView(result.order));
