@@ -4,7 +4,7 @@
 // while counting is off are the runtime's own.
 import { env } from 'cloudflare:workers';
 import { afterEach, describe, expect, it } from 'vitest';
-import { goodsStock } from '../../durable-objects/routing';
+import { goodsStock, roomShard } from '../../durable-objects/routing';
 import type { ObjectCallsView } from '../../workers/kernel/object-calls';
 import { objectClassOf } from '../../workers/kernel/object-calls';
 import { ADMIN, buy, call, createGoods, json, settled, stockSnapshot } from './helpers';
@@ -72,6 +72,14 @@ describe('object-call accounting', () => {
     await setCalls({ watch: false });
     expect(await goodsStock(env, goods).snapshot()).toEqual(seen);
     expect((await readCalls()).counts).toEqual({});
+  });
+
+  it('sends fetch, a method of the stub itself, through a watched stub', async () => {
+    await setCalls({ watch: true, reset: true });
+    const res = await roomShard(env, { id: 987_002, locationHint: null }, 0).fetch(new Request('https://room.test/live'));
+    expect(res).toBeInstanceOf(Response);
+    await res.body?.cancel();
+    expect((await readCalls()).counts).toEqual({ WaitingRoom: { fetch: { calls: 1, items: 1 } } });
   });
 
   it('names the class of every object routing makes', () => {

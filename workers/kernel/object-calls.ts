@@ -109,11 +109,13 @@ export function watchedStub<T extends object>(name: string, stub: T): T {
         return value;
       }
       const method = value as Callable;
+      // Called on the stub itself: its native methods (fetch) need it as `this`.
+      const send = (args: unknown[]) => Reflect.apply(method, target, args);
       return (...args: unknown[]) => {
         record(cls, prop, args);
         const delayMs = state.delayMs;
         // The delayed call loses promise pipelining; nothing in the project pipelines calls.
-        return delayMs > 0 ? sleep(delayMs).then(() => method(...args)) : method(...args);
+        return delayMs > 0 ? sleep(delayMs).then(() => send(args)) : send(args);
       };
     },
   });
