@@ -30,7 +30,7 @@ export function objectsPerGoods(cls: string, shards: number): number {
   }
 }
 
-/** Per class: calls per purchase as measured (batched) and as production makes them (one per request). */
+/** Per class: calls per purchase as measured (batched) and as production makes them (see productionCalls). */
 export type ClassInputs = {
   cls: string;
   callsPerPurchase: number;
@@ -54,6 +54,26 @@ export type CapacityModel = {
   scenarios: Scenario[];
 };
 
+/**
+ * Classes an isolate calls on a timer, not per purchase (the limits every 2 s, the metrics
+ * flush): their calls grow with isolates and time, so the production count leaves them out.
+ */
+export const PERIODIC_CLASSES = new Set(['LimitsStore', 'Metrics']);
+/**
+ * Classes an isolate calls for a lease that serves its requests for a while (the admission
+ * gate, 100 ms): one call per request at worst, when each isolate sees fewer requests than that.
+ */
+export const LEASED_CLASSES = new Set(['AdmissionGate']);
+
+/** Calls per purchase in production: one per request; at least one per purchase for leases; none for timers. */
+function productionCalls(cls: string, items: number, purchases: number): number {
+  if (PERIODIC_CLASSES.has(cls) || purchases <= 0) {
+    return 0;
+  }
+  const perPurchase = items / purchases;
+  return round(LEASED_CLASSES.has(cls) ? Math.max(perPurchase, 1) : perPurchase, 4);
+}
+
 /** The model's inputs from one stretch of counted calls. */
 export function modelInputs(calls: ClassCalls, purchases: number, cpuMs: Record<string, number> = {}): ClassInputs[] {
   return Object.entries(calls)
@@ -61,7 +81,7 @@ export function modelInputs(calls: ClassCalls, purchases: number, cpuMs: Record<
     .map(([cls, c]) => ({
       cls,
       callsPerPurchase: purchases > 0 ? round(c.calls / purchases, 4) : 0,
-      requestsPerPurchase: purchases > 0 ? round(c.items / purchases, 4) : 0,
+      requestsPerPurchase: productionCalls(cls, c.items, purchases),
       cpuMsPerCall: cpuMs[cls] !== undefined ? round((cpuMs[cls] ?? 0) / c.calls, 3) : null,
     }))
     .sort((a, b) => b.requestsPerPurchase - a.requestsPerPurchase);

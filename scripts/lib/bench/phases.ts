@@ -2,7 +2,7 @@
 // object calls behind the capacity model (and the CPU they cost), purchases under a delay on
 // every object call, a sharded goods beside the one-shard purchase phase, the waiting room, and
 // the classic stack. Each returns its numbers and the goods whose invariants bench.ts checks.
-import type { AdminApi } from '../load/admin.ts';
+import { type AdminApi, liveOrders } from '../load/admin.ts';
 import type { HttpClient } from '../load/http-client.ts';
 import { round } from '../load/metrics.ts';
 import { acceptedCollector, purchaseRequests } from './buyers.ts';
@@ -177,6 +177,9 @@ export async function shardPhase(
   // Twice the shoppers of the units left: a sale with more demand than stock sells every unit.
   const sellOut = left > 0 ? await purchases(c, `shard${shards}-last`, goods.goodsId, left * 2 + c.o.connections, accepted, 120) : null;
   const { stats } = await c.admin.waitAtRest(goods.goodsId, { timeoutMs: 300_000, intervalMs: 200 });
+  // Sold out by the stats: autocannon stops listening at the end of a phase, so a few 202s
+  // may go uncounted here (the invariants compare Postgres with the 202s it did see).
+  const soldAll = stats !== undefined && stats.doRemaining === 0 && liveOrders(stats) === stock;
   const listed = stats && 'shards' in stats && Array.isArray(stats.shards) ? stats.shards.length : 1;
   const acceptedPerSec = round(inPhase / Math.max(timed.durationS, 0.001));
   return {
@@ -189,7 +192,7 @@ export async function shardPhase(
       acceptedPerSec,
       ratioToOneShard: oneShard.acceptedPerSec > 0 ? round(acceptedPerSec / oneShard.acceptedPerSec, 2) : null,
       sellOut,
-      soldAll: stats?.doRemaining === 0 && accepted.size === stock,
+      soldAll,
       remaining: stats?.doRemaining ?? null,
     },
     goods: [{ name: `${shards} shards`, goodsId: goods.goodsId, accepted }],
