@@ -27,9 +27,9 @@ a redis-server and PostgreSQL answer), the targets, and the invariants afterward
   --shards N               stock shards of the sharded phase's goods (default 8; 0: no phase)
   --queue-shoppers N       shoppers in the waiting-room phase (default 2000; 0: no phase)
   --admit-per-second N     the waiting room's admissions per second (default 500)
-  --no-classic             skip the classic stack (default: run it when $REDIS_URL or
-                           redis://127.0.0.1:6379 and $DATABASE_URL or
-                           postgres://postgres@127.0.0.1:5432/postgres answer)
+  --no-classic             skip the classic stack (default: run it when a redis-server, at
+                           --redis-url, $REDIS_URL or redis://127.0.0.1:6379, and PostgreSQL,
+                           at --database-url or postgres://postgres@127.0.0.1:5432/postgres, answer)
   --profile                CPU-profile the Worker during the purchase and sold-out phases
                            (.cpuprofile files beside the result, top functions in the JSON)
   --verbose                print the Worker's log lines instead of counting them
