@@ -38,6 +38,7 @@ export function adminApi(http: HttpClient, token: string) {
       activityId = 9001,
       startAt,
       endAt,
+      settings,
     }: {
       stock: number;
       title?: string;
@@ -45,9 +46,12 @@ export function adminApi(http: HttpClient, token: string) {
       activityId?: number;
       startAt?: number;
       endAt?: number;
+      /** The contract additions' settings (`shards`, `queue`, ...), sent as given. */
+      settings?: Partial<CreateGoodsRequest> & { shards?: number };
     }): Promise<Goods> {
       const now = Date.now();
-      const json: CreateGoodsRequest = {
+      const json: CreateGoodsRequest & { shards?: number } = {
+        ...settings,
         activityId,
         title,
         priceCents,
