@@ -34,7 +34,15 @@ async function call<T>(
 /** Creates a sale through the admin API (on sale now unless told otherwise). */
 export async function createGoods(
   stack: Stack,
-  options: { title?: string; stock?: number; startAt?: number; endAt?: number; priceCents?: number; imageUrl?: string } = {},
+  options: {
+    title?: string;
+    stock?: number;
+    startAt?: number;
+    endAt?: number;
+    priceCents?: number;
+    imageUrl?: string;
+    queue?: { mode: 'off' | 'auto' | 'always'; admitPerSecond?: number; preQueueSeconds?: number };
+  } = {},
 ): Promise<GoodsView> {
   const now = Date.now();
   const res = await call<GoodsView>(stack, '/admin/goods', {
@@ -48,6 +56,7 @@ export async function createGoods(
       startAt: options.startAt ?? now - 1000,
       endAt: options.endAt ?? now + 3600_000,
       ...(options.imageUrl ? { imageUrl: options.imageUrl } : {}),
+      ...(options.queue ? { queue: options.queue } : {}),
     },
   });
   expect(res.status, JSON.stringify(res.body)).toBe(201);
@@ -86,6 +95,23 @@ export async function buyViaApi(stack: Stack, userId: string, goodsId: number): 
     expect(result.body.status).toBe('SUCCESS');
     return { orderId: String(result.body.orderId) };
   });
+}
+
+/** Joins a goods' waiting room as `userId` through the API: a shopper ahead in line, off-screen. */
+export async function joinQueue(stack: Stack, userId: string, goodsId: number): Promise<{ state: string; position: number }> {
+  const jwt = await devToken(stack, userId);
+  const res = await call<{ state: string; position: number }>(stack, `/api/seckill/goods/${goodsId}/queue`, { method: 'POST', auth: jwt });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body;
+}
+
+/** Any admin route, with the admin token. */
+export async function adminCall<T>(
+  stack: Stack,
+  path: string,
+  init: RequestInit & { json?: unknown } = {},
+): Promise<{ status: number; body: T }> {
+  return call<T>(stack, path, { ...init, auth: stack.adminToken });
 }
 
 export async function goods(stack: Stack, goodsId: number): Promise<GoodsView> {
