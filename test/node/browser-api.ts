@@ -126,6 +126,15 @@ export async function stats(stack: Stack, goodsId: number): Promise<Stats> {
   return res.body;
 }
 
+/** The stats once `check` passes on them (the order consumer works asynchronously). */
+export function statsWhen(stack: Stack, goodsId: number, check: (s: Stats) => void): Promise<Stats> {
+  return eventually(async () => {
+    const s = await stats(stack, goodsId);
+    check(s);
+    return s;
+  });
+}
+
 export async function limits(stack: Stack): Promise<{ perIpPerSecond: number; perUserPerSecond: number }> {
   const res = await call<{ perIpPerSecond: number; perUserPerSecond: number }>(stack, '/admin/limits', { auth: stack.adminToken });
   expect(res.status).toBe(200);

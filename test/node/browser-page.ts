@@ -1,8 +1,8 @@
 // What the browser tests do on a page: sign in, answer the captcha, read a field, and watch
 // every page for uncaught errors and requests still in flight when a test ends.
 import type { Browser, BrowserContext, BrowserContextOptions, Page, Request } from 'playwright-core';
-import { expect } from 'vitest';
-import { newShopper } from './browser-stack';
+import { afterAll, afterEach, beforeAll, beforeEach, expect, onTestFailed } from 'vitest';
+import { launchChromium, newShopper, type Stack, startStack } from './browser-stack';
 
 /** How long a page may take to show what a test waits for (CI machines are busy). */
 export const WAIT = { timeout: 15_000 };
@@ -37,6 +37,18 @@ export const text = (page: Page, selector: string) =>
     .locator(selector)
     .textContent()
     .then((t) => (t ?? '').trim());
+
+/** A sale's card on the dashboard (signed in already), and a reader of its `data-field`s. */
+export async function goodsCard(page: Page, goodsId: number) {
+  const card = page.locator(`article[data-goods-id="${goodsId}"]`);
+  await card.waitFor({ state: 'visible', timeout: 15_000 });
+  const field = (name: string) =>
+    card
+      .locator(`[data-field="${name}"]`)
+      .textContent()
+      .then((t) => (t ?? '').trim());
+  return { card, field };
+}
 
 /**
  * The pages of one test file: each in a fresh context (its own storage: another shopper,
@@ -90,4 +102,36 @@ export class Pages {
     this.inFlight.clear();
     expect(this.problems).toEqual([]);
   }
+}
+
+/**
+ * The hooks of a browser test file: the dev stack and Chromium started once (handed to `use`),
+ * the pages closed and checked after each test, the stack's log printed when one fails.
+ */
+export function browserSuite(use: (stack: Stack, browser: Browser) => void): Pages {
+  let stack: Stack | undefined;
+  let browser: Browser | undefined;
+  const pages = new Pages(() => {
+    if (!browser) {
+      throw new Error('Chromium is not running');
+    }
+    return browser;
+  });
+  beforeAll(async () => {
+    stack = await startStack();
+    browser = await launchChromium();
+    use(stack, browser);
+  }, 180_000);
+  afterAll(async () => {
+    await browser?.close();
+    await stack?.stop();
+  }, 60_000);
+  beforeEach(() => {
+    pages.problems.length = 0;
+    onTestFailed(() => {
+      console.log(`--- dev stack output (last lines) ---\n${stack?.logs().slice(-4000)}`);
+    });
+  });
+  afterEach(() => pages.closeAll());
+  return pages;
 }

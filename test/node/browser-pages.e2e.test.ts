@@ -2,11 +2,11 @@
 // (scripts/dev.ts: wrangler dev, Postgres, queues, Durable Objects), as shoppers and an
 // operator use them. Screenshots go to test-results/screenshots/.
 import { existsSync } from 'node:fs';
-import type { Browser, BrowserContextOptions } from 'playwright-core';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, onTestFailed } from 'vitest';
+import type { BrowserContextOptions } from 'playwright-core';
+import { describe, expect, it } from 'vitest';
 import { buyViaApi, createGoods, eventually, goods, limits, stats } from './browser-api';
-import { answerCaptcha, Pages, seconds, signIn, text, WAIT } from './browser-page';
-import { CHROMIUM, launchChromium, type Stack, screenshot, startStack } from './browser-stack';
+import { answerCaptcha, browserSuite, goodsCard, seconds, signIn, text, WAIT } from './browser-page';
+import { CHROMIUM, type Stack, screenshot } from './browser-stack';
 
 const HAVE_CHROMIUM = existsSync(CHROMIUM);
 if (!HAVE_CHROMIUM) {
@@ -15,29 +15,11 @@ if (!HAVE_CHROMIUM) {
 
 describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
   let stack: Stack;
-  let browser: Browser;
-  const pages = new Pages(() => browser);
+  const pages = browserSuite((s) => {
+    stack = s;
+  });
   /** A page in a fresh context (its own storage): another shopper, another device. */
   const open = (options?: BrowserContextOptions) => pages.open(options);
-
-  beforeAll(async () => {
-    stack = await startStack();
-    browser = await launchChromium();
-  }, 180_000);
-
-  afterEach(() => pages.closeAll());
-
-  afterAll(async () => {
-    await browser?.close();
-    await stack?.stop();
-  }, 60_000);
-
-  beforeEach(() => {
-    pages.problems.length = 0;
-    onTestFailed(() => {
-      console.log(`--- dev stack output (last lines) ---\n${stack.logs().slice(-4000)}`);
-    });
-  });
 
   it('a shopper buys the last unit with the keyboard and pays; the next shopper sees sold out', async () => {
     const sale = await createGoods(stack, { stock: 2, imageUrl: `${stack.baseUrl}/img/sample-phone.svg` });
@@ -219,13 +201,7 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
     await page.locator('#admin-token').fill(stack.adminToken);
     await page.locator('#admin-token').press('Enter');
 
-    const card = page.locator(`article[data-goods-id="${sale.goodsId}"]`);
-    await card.waitFor({ state: 'visible', timeout: 15_000 });
-    const field = (name: string) =>
-      card
-        .locator(`[data-field="${name}"]`)
-        .textContent()
-        .then((t) => (t ?? '').trim());
+    const { card, field } = await goodsCard(page, sale.goodsId);
     await expect.poll(() => field('doRemaining'), { timeout: 10_000 }).toBe('8');
     expect(await field('dbStock')).toBe('8');
     expect(await field('mirrorStock')).toBe(stack.mirror ? '8' : 'off');

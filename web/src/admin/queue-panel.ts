@@ -58,7 +58,7 @@ export class QueuePanel {
     active.textContent = i18n.t(q?.active ? 'queueActive' : 'queueIdle');
     active.dataset.state = String(Boolean(q?.active));
     this.field('queueWaiting').textContent = formatCount(q?.waiting, i18n.locale);
-    this.field('queueRate').textContent = q ? q.admittedPerSecond.toFixed(1) : '–';
+    this.field('queueRate').textContent = formatCount(q?.admittedPerSecond, i18n.locale);
     this.field('queueLastEta').textContent =
       q?.lastEtaSeconds === undefined ? '–' : i18n.t('queueSeconds', { s: Math.round(q.lastEtaSeconds) });
     for (const button of this.buttons()) {
