@@ -35,6 +35,10 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
     expect(await text(alice, '#buy-label')).toBe('Sign in to buy');
     await signIn(alice, 'alice');
     await answerCaptcha(alice);
+    // A goods with no waiting room and no sale rules shows none of their parts.
+    for (const part of ['#line', '#quantity-row', '#eligibility']) {
+      expect(await alice.locator(part).isHidden(), part).toBe(true);
+    }
     await screenshot(alice, 'shopper-before-buying');
 
     // Enter in the answer field submits the form: the whole purchase works from the keyboard.
