@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { withDbFor } from '../../../db/client';
 import { findGoods, insertGoods, setGoodsPaused, setGoodsQueue, toGoodsInit } from '../../../db/goods';
 import { goodsStock } from '../../../durable-objects/routing';
-import { invalidateGoods } from '../../edge/goods-cache';
+import { getGoods, invalidateGoods } from '../../edge/goods-cache';
 import { goodsView } from '../../edge/goods-view';
 import { goodsStats } from '../../edge/stats';
 import { commitSeed, pushRoomSettings, queueOf } from '../../edge/waiting-room';
@@ -66,7 +66,9 @@ export const admin = new Hono<AppEnv>()
     if (!stats) {
       throw new AppError('NOT_FOUND', 'no such goods');
     }
-    return c.json(stats);
+    // The queue's settings beside its figures, so the dashboard's mode switch keeps the rest of them.
+    const queueSettings = await getGoods(c.var.config, stats.goodsId).then(queueOf, () => undefined);
+    return c.json({ ...stats, ...(queueSettings ? { queueSettings } : {}) });
   });
 
 async function setPaused(env: Env, config: Config, goodsId: number, paused: boolean) {
