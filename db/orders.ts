@@ -13,7 +13,7 @@ export type SqlExecutor = { execute(query: SQL): PromiseLike<{ rows: Record<stri
 const WrittenRow = z.object({
   request_id: z.string(),
   order_id: z.string().nullable(),
-  outcome: z.enum(['CREATED', 'EXISTING', 'ALREADY_PURCHASED', 'SOLD_OUT']),
+  outcome: z.enum(['CREATED', 'EXISTING', 'ALREADY_PURCHASED', 'LIMIT_REACHED', 'SOLD_OUT']),
 });
 
 /**

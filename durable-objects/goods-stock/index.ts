@@ -15,6 +15,7 @@ import { log } from '../../workers/kernel/log';
 import { scheduleMetricsFlush } from '../../workers/metrics/flush';
 import { count } from '../../workers/metrics/registry';
 import { type MirrorCheck, MirrorSync } from '../../workers/mirror/sync';
+import { changeAllowlist } from './allowlist';
 import { KeyedAccepts } from './keyed-accepts';
 import { refuseOne, releaseOne, reserveOne, restoreUnsettled, returnRefused } from './ledger';
 import { mirrorExpectation, mirrorFullState, mirrorGoods, noteAccepted } from './mirror-view';
@@ -211,11 +212,11 @@ export class GoodsStock extends DurableObject<Env> {
             this.mirror.noteResult({ requestId: s.requestId, userId, value: `SUCCESS:${s.orderId}` });
           }
         } else if (s.reason === 'SOLD_OUT' && sale) {
-          const userId = refuseOne(this.store, sale, s.requestId, now);
-          if (userId !== undefined) {
+          const shopper = refuseOne(this.store, sale, s.requestId, now);
+          if (shopper !== undefined) {
             refused++;
-            this.mirror.noteUser(userId, false);
-            this.mirror.noteResult({ requestId: s.requestId, userId, value: 'FAIL:SOLD_OUT' });
+            this.mirror.noteUser(shopper.userId, shopper.stillHolds);
+            this.mirror.noteResult({ requestId: s.requestId, userId: shopper.userId, value: 'FAIL:SOLD_OUT' });
           }
         } else if (this.releaseUnit(s.requestId, s.reason, now)) {
           released++;
@@ -269,7 +270,7 @@ export class GoodsStock extends DurableObject<Env> {
     if (!this.sale || !released) {
       return false;
     }
-    this.mirror.noteUser(released.userId, false);
+    this.mirror.noteUser(released.userId, released.stillHolds);
     this.mirror.noteStock(this.sale.remaining);
     if (released.wasQueued) {
       this.mirror.noteResult({ requestId, userId: released.userId, value: `FAIL:${reason}` });
@@ -290,6 +291,11 @@ export class GoodsStock extends DurableObject<Env> {
       ...(r.order_id && r.status !== 'FAIL' ? { orderId: r.order_id } : {}),
       ...(r.reason ? { reason: r.reason as FailReason } : {}),
     };
+  }
+
+  /** Adds and removes shoppers of the sale's allowlist (one chunk of a larger change); how many it holds. */
+  async changeAllowlist(add: string[], remove: string[]): Promise<{ count: number }> {
+    return { count: this.ctx.storage.transactionSync(() => changeAllowlist(this.ctx.storage.sql, add, remove)) };
   }
 
   async setPaused(paused: boolean): Promise<StockSnapshot | undefined> {

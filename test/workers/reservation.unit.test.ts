@@ -7,10 +7,21 @@ const NOW = 1_800_000_000_000;
 
 function view(sale: Partial<SaleState> = {}, state: { prior?: string[]; used?: string[]; holders?: string[] } = {}): ReservationView {
   return {
-    sale: { totalStock: 10, remaining: 10, startAt: NOW - 1000, endAt: NOW + 1000, paused: false, ...sale },
+    sale: {
+      totalStock: 10,
+      remaining: 10,
+      startAt: NOW - 1000,
+      endAt: NOW + 1000,
+      paused: false,
+      perUserLimit: 1,
+      limitScope: 'goods',
+      eligibility: 'open',
+      ...sale,
+    },
     prior: (id) => (state.prior?.includes(id) ? { orderId: `1-${id}`, reason: null, released: false } : undefined),
     tokenUsed: (t) => state.used?.includes(t) ?? false,
-    userHolds: (u) => state.holders?.includes(u) ?? false,
+    userUnits: (u) => (state.holders?.includes(u) ? 1 : 0),
+    allowed: () => true,
   };
 }
 
