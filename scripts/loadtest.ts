@@ -6,8 +6,9 @@ import { type AdminApi, adminApi, LOAD_TEST_LIMITS } from './lib/load/admin.ts';
 import type { Limits } from './lib/load/contract.ts';
 import { type Progress, runShopperLoad } from './lib/load/flow.ts';
 import { type HttpClient, httpClient } from './lib/load/http-client.ts';
-import { fmt } from './lib/load/metrics.ts';
+import { fmt, type StepSummary } from './lib/load/metrics.ts';
 import { isUsageError, type LoadOptions, parseLoadOptions, USAGE } from './lib/load/options.ts';
+import { runOutsiders } from './lib/load/outsiders.ts';
 import { formatLoadReport, loadReport, progressLine, type RunGoods } from './lib/load/report.ts';
 import { devShoppers, readJwtFile, type Shopper } from './lib/load/shoppers.ts';
 import { loadVerdict, verifyOrders } from './lib/load/verdict.ts';
@@ -68,9 +69,16 @@ async function main(): Promise<number> {
 async function run(options: LoadOptions, http: HttpClient, admin: AdminApi, rememberLimits: (limits: Limits) => void): Promise<number> {
   let goods: RunGoods;
   if (options.stock !== undefined) {
-    const created = await admin.createGoods({ stock: options.stock, title: `Load test ${new Date().toISOString()}` });
+    const created = await admin.createGoods({
+      stock: options.stock,
+      title: `Load test ${new Date().toISOString()}`,
+      ...(options.quantity !== 1 ? { perUserLimit: options.quantity } : {}),
+      ...(options.allowlist ? { eligibility: 'allowlist' as const } : {}),
+    });
     goods = { goodsId: created.goodsId, created: true, stock: options.stock };
-    say(`Created goods ${goods.goodsId} with ${fmt(options.stock)} units.`);
+    say(
+      `Created goods ${goods.goodsId} with ${fmt(options.stock)} units${options.quantity !== 1 ? `, up to ${options.quantity} per shopper` : ''}.`,
+    );
   } else if (options.goodsId !== undefined) {
     const stats = await admin.stats(options.goodsId);
     goods = { goodsId: options.goodsId, created: false, stock: stats.totalStock };
@@ -94,6 +102,21 @@ async function run(options: LoadOptions, http: HttpClient, admin: AdminApi, reme
     shoppers = await devShoppers(http, { count, prefix, concurrency: options.concurrency });
   }
 
+  let outsiders: Shopper[] = [];
+  if (options.allowlist) {
+    const started = Date.now();
+    const count = await admin.addToAllowlist(
+      goods.goodsId,
+      shoppers.map((s) => s.userId),
+    );
+    say(`Allowlist: ${fmt(count)} shoppers loaded in ${fmt(Date.now() - started)} ms.`);
+    outsiders = await devShoppers(http, {
+      count: Math.max(1, Math.ceil(shoppers.length / 10)),
+      prefix: `out${Date.now().toString(36)}`,
+      concurrency: options.concurrency,
+    });
+  }
+
   if (options.raiseLimits) {
     rememberLimits(await admin.getLimits());
     await admin.setLimits(LOAD_TEST_LIMITS);
@@ -102,6 +125,13 @@ async function run(options: LoadOptions, http: HttpClient, admin: AdminApi, reme
 
   say(`Preparing the first wave (${fmt(Math.min(options.lookahead, shoppers.length))} shoppers answer their challenge), then buying...`);
   let previous: Progress | undefined;
+  const outsidersRun: Promise<StepSummary | undefined> =
+    outsiders.length > 0
+      ? runOutsiders(http, goods.goodsId, outsiders, {
+          concurrency: Math.max(1, Math.ceil(options.concurrency / 10)),
+          turnstileToken: options.turnstileToken,
+        })
+      : Promise.resolve(undefined);
   const load = await runShopperLoad({
     http,
     goodsId: goods.goodsId,
@@ -112,6 +142,7 @@ async function run(options: LoadOptions, http: HttpClient, admin: AdminApi, reme
     duplicates: options.duplicates,
     retries: options.retries,
     malformed: options.malformed,
+    quantity: options.quantity,
     lookahead: options.lookahead,
     pollIntervalMs: options.pollIntervalMs,
     settleTimeoutMs: options.settleTimeoutMs,
@@ -121,13 +152,14 @@ async function run(options: LoadOptions, http: HttpClient, admin: AdminApi, reme
       previous = p;
     },
   });
+  const outsiderTokens = await outsidersRun;
   say(`Load done in ${fmt(load.loadMs / 1000, 1)} s; waiting for the orders to settle...`);
   const { stats, atRest } = await admin.waitAtRest(goods.goodsId, { timeoutMs: options.settleTimeoutMs });
   if (!stats) {
     throw new Error(`the stats of goods ${goods.goodsId} could not be read`);
   }
   const orders = await verifyOrders(http, goods.goodsId, load.accepted, load.acceptedJwts, options.concurrency);
-  const verdict = loadVerdict({ stats, atRest, load, orders, createdGoods: goods.created });
+  const verdict = loadVerdict({ stats, atRest, load, orders, createdGoods: goods.created, quantity: options.quantity, outsiderTokens });
   const report = loadReport({ options, goods, shoppers: shoppers.length, load, stats, verdict, staleRetries: http.staleRetries });
   process.stdout.write(options.json ? `${JSON.stringify(report, null, 2)}\n` : `\n${formatLoadReport(report)}\n`);
   return verdict.ok ? 0 : 1;
