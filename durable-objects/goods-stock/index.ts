@@ -16,6 +16,7 @@ import { scheduleMetricsFlush } from '../../workers/metrics/flush';
 import { count } from '../../workers/metrics/registry';
 import { type MirrorCheck, MirrorSync } from '../../workers/mirror/sync';
 import { changeAllowlist } from './allowlist';
+import { countDecisions } from './decision-counts';
 import { KeyedAccepts } from './keyed-accepts';
 import { refuseOne, releaseOne, reserveOne, restoreUnsettled, returnRefused } from './ledger';
 import { mirrorExpectation, mirrorFullState, mirrorGoods, noteAccepted } from './mirror-view';
@@ -189,7 +190,8 @@ export class GoodsStock extends DurableObject<Env> {
       noteAccepted(this.mirror, sale, items, outcomes);
       this.syncMirror();
     }
-    this.countDecisions(sale.goodsId, outcomes);
+    countDecisions(sale.goodsId, items, outcomes);
+    scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));
     return this.keyedAccepts.answer(items, outcomes, now);
   }
 
@@ -391,15 +393,5 @@ export class GoodsStock extends DurableObject<Env> {
     if (this.mirror.enabled) {
       this.ctx.waitUntil(this.mirror.flush());
     }
-  }
-
-  private countDecisions(goodsId: number, outcomes: ReserveOutcome[]): void {
-    for (const o of outcomes) {
-      count('seckill_reservations_total', {
-        goods_id: String(goodsId),
-        outcome: o.replay ? 'replay' : o.ok ? 'accepted' : o.reason.toLowerCase(),
-      });
-    }
-    scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));
   }
 }

@@ -2,7 +2,7 @@
 // perUserLimit units, a quantity above the units left is refused whole with the units left, and
 // the orders, payments and stock all count units.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ADMIN, bearer, call, devToken, json, setLimits, settled, stats, tokenFor } from './helpers';
+import { ADMIN, bearer, call, devToken, eventually, json, metric, scrape, setLimits, settled, stats, tokenFor } from './helpers';
 import { answerOf, createRulesGoods, finalResult, liveUnitsByUser, purchaseUnits, shopperWithTokens } from './rules-helpers';
 
 // One shopper fires many purchases in one second here; the per-shopper rate is not what these test.
@@ -86,6 +86,13 @@ describe('perUserLimit', () => {
     expect(first.status).toBe(202);
     const result = await finalResult(s.jwt, first.requestId ?? '');
     expect((await settled(goodsId)).doRemaining).toBe(1);
+    // The metrics count the purchase once and its units three times.
+    const goods_id = String(goodsId);
+    const m = await eventually(async () => {
+      const scraped = await scrape();
+      return metric(scraped, 'seckill_units_reserved_total', { goods_id }) === 3 ? scraped : undefined;
+    });
+    expect(metric(m, 'seckill_reservations_total', { goods_id, outcome: 'accepted' })).toBe(1);
     expect((await call(`/api/orders/${result.orderId}/cancel`, { method: 'POST', headers: bearer(s.jwt) })).status).toBe(200);
     const back = await settled(goodsId);
     expect(back).toMatchObject({ doRemaining: 4, dbStock: 4, orders: { CANCELLED: 3 }, consistent: true });
