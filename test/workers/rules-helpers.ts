@@ -12,6 +12,8 @@ export type RulesOptions = {
   limitScope?: 'goods' | 'activity';
   eligibility?: 'open' | 'allowlist';
   payTimeoutSeconds?: number;
+  /** The waiting room's settings, as POST /admin/goods takes them. */
+  queue?: { mode: 'off' | 'auto' | 'always'; admitPerSecond?: number };
 };
 
 let activitySeq = 0;
@@ -29,6 +31,7 @@ export async function createRulesGoods(options: RulesOptions = {}): Promise<{ go
     ...(options.perUserLimit !== undefined ? { perUserLimit: options.perUserLimit } : {}),
     ...(options.limitScope !== undefined ? { limitScope: options.limitScope } : {}),
     ...(options.eligibility !== undefined ? { eligibility: options.eligibility } : {}),
+    ...(options.queue !== undefined ? { queue: options.queue } : {}),
   };
   if (Object.keys(rules).length === 0 && options.activityId === undefined) {
     return createGoods(options);

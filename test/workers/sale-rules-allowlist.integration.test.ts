@@ -66,23 +66,7 @@ describe('eligibility allowlist', () => {
   });
 
   it('the waiting room admits only listed shoppers', async () => {
-    const now = Date.now();
-    const res = await call('/admin/goods', {
-      method: 'POST',
-      headers: ADMIN,
-      json: {
-        activityId: 2001,
-        title: 'Members-only room',
-        priceCents: 100,
-        stock: 3,
-        startAt: now - 1000,
-        endAt: now + 3600_000,
-        eligibility: 'allowlist',
-        queue: { mode: 'always', admitPerSecond: 5 },
-      },
-    });
-    expect(res.status).toBe(201);
-    const { goodsId } = await json<{ goodsId: number }>(res);
+    const { goodsId } = await createRulesGoods({ stock: 3, eligibility: 'allowlist', queue: { mode: 'always', admitPerSecond: 5 } });
     await changeAllowlist(goodsId, { add: ['room-in'] });
     const join = (jwt: string) => call(`/api/seckill/goods/${goodsId}/queue`, { method: 'POST', headers: bearer(jwt) });
     expect(await answerOf(await join(await devToken('room-out')))).toMatchObject({ status: 403, code: 'NOT_ELIGIBLE' });

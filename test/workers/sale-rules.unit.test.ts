@@ -1,29 +1,11 @@
 // The sale rules as the goods' object decides them: pure functions over plain state.
 import { describe, expect, it } from 'vitest';
-import { decide, overLimit, type ReservationView, type SaleState } from '../../durable-objects/goods-stock/rules';
+import { decide, overLimit, type SaleState } from '../../durable-objects/goods-stock/rules';
 import type { ReserveItem } from '../../workers/kernel/contract';
+import { NOW, reservationView, type ViewState } from './rules-view';
 
-const NOW = 1_800_000_000_000;
-
-function view(sale: Partial<SaleState>, state: { units?: number; allowed?: boolean } = {}): ReservationView {
-  return {
-    sale: {
-      totalStock: 10,
-      remaining: 10,
-      startAt: NOW - 1000,
-      endAt: NOW + 1000,
-      paused: false,
-      perUserLimit: 1,
-      limitScope: 'goods',
-      eligibility: 'open',
-      ...sale,
-    },
-    prior: () => undefined,
-    tokenUsed: () => false,
-    userUnits: () => state.units ?? 0,
-    allowed: () => state.allowed ?? false,
-  };
-}
+/** An allowlist answers no unless a test says otherwise. */
+const view = (sale: Partial<SaleState>, state: ViewState = {}) => reservationView(sale, { allowed: false, ...state });
 
 const item = (quantity?: number): ReserveItem => ({
   requestId: '1.aaaaaaaaaaaaaaaaaaaaaa',
