@@ -14,6 +14,8 @@ import { devShoppers, readJwtFile, type Shopper } from './lib/load/shoppers.ts';
 import { loadVerdict, verifyOrders } from './lib/load/verdict.ts';
 
 const say = (line: string) => process.stderr.write(`${line}\n`);
+/** At most this many outsiders (a tenth of the shoppers otherwise). */
+const MAX_OUTSIDERS = 1000;
 
 async function main(): Promise<number> {
   let options: ReturnType<typeof parseLoadOptions>;
@@ -111,7 +113,7 @@ async function run(options: LoadOptions, http: HttpClient, admin: AdminApi, reme
     );
     say(`Allowlist: ${fmt(count)} shoppers loaded in ${fmt(Date.now() - started)} ms.`);
     outsiders = await devShoppers(http, {
-      count: Math.max(1, Math.ceil(shoppers.length / 10)),
+      count: Math.min(MAX_OUTSIDERS, Math.max(1, Math.ceil(shoppers.length / 10))),
       prefix: `out${Date.now().toString(36)}`,
       concurrency: options.concurrency,
     });
@@ -123,15 +125,15 @@ async function run(options: LoadOptions, http: HttpClient, admin: AdminApi, reme
     say(`Limits raised for the run: ${JSON.stringify(LOAD_TEST_LIMITS)}`);
   }
 
+  // Before the buyers, while there is stock: a sold-out sale answers everyone SOLD_OUT first.
+  let outsiderTokens: StepSummary | undefined;
+  if (outsiders.length > 0) {
+    say(`Sending ${fmt(outsiders.length)} shoppers off the allowlist for a token...`);
+    outsiderTokens = await runOutsiders(http, goods.goodsId, outsiders, options);
+  }
+
   say(`Preparing the first wave (${fmt(Math.min(options.lookahead, shoppers.length))} shoppers answer their challenge), then buying...`);
   let previous: Progress | undefined;
-  const outsidersRun: Promise<StepSummary | undefined> =
-    outsiders.length > 0
-      ? runOutsiders(http, goods.goodsId, outsiders, {
-          concurrency: Math.max(1, Math.ceil(options.concurrency / 10)),
-          turnstileToken: options.turnstileToken,
-        })
-      : Promise.resolve(undefined);
   const load = await runShopperLoad({
     http,
     goodsId: goods.goodsId,
@@ -152,7 +154,6 @@ async function run(options: LoadOptions, http: HttpClient, admin: AdminApi, reme
       previous = p;
     },
   });
-  const outsiderTokens = await outsidersRun;
   say(`Load done in ${fmt(load.loadMs / 1000, 1)} s; waiting for the orders to settle...`);
   const { stats, atRest } = await admin.waitAtRest(goods.goodsId, { timeoutMs: options.settleTimeoutMs });
   if (!stats) {

@@ -1,8 +1,8 @@
 import type { Eligibility, FailReason, LimitScope, ReserveItem } from '../../workers/kernel/contract';
 
 // The seed's Lua script as plain functions over plain state: window, pause, token, eligibility,
-// the per-shopper limit, stock (in units). The Durable Object reads the view from its SQLite tables, calls `decide`,
-// and applies the decision in the same synchronous transaction.
+// the per-shopper limit, stock (in units). The Durable Object reads the view from its SQLite
+// tables, calls `decide`, and applies the decision in the same synchronous transaction.
 
 export type SaleState = {
   totalStock: number;

@@ -22,8 +22,8 @@ polling) and checks the invariants through the admin stats afterwards.
   --quantity N           units each purchase asks for (1-100, default 1); with --stock the goods
                          is made with perUserLimit N
   --allowlist            with --stock: the goods is open to an allowlist only; the tool loads its
-                         shoppers into it and also sends outsiders (a tenth as many), who must
-                         be refused 403 NOT_ELIGIBLE
+                         shoppers into it and first sends outsiders (a tenth as many, at most
+                         1,000), who must be refused 403 NOT_ELIGIBLE
   --jwt-file FILE        shopper JWTs, one per line (default: POST /api/dev/token, DEV_MODE only)
   --admin-token T        admin token (default $ADMIN_TOKEN; for a local URL, .dev.vars(.example))
   --raise-limits         lift the per-IP limit and the ban threshold for the run (all requests

@@ -1,6 +1,6 @@
 // Shoppers off an allowlist sale's list: each answers its challenge and asks for a purchase
-// token, which the deployment must refuse with 403 NOT_ELIGIBLE. They run beside the buyers,
-// so the refusal is checked under the same load.
+// token, which the deployment must refuse with 403 NOT_ELIGIBLE. They go before the buyers,
+// while the goods has stock (once it is sold out, the token route answers SOLD_OUT first).
 import { type Answer, type HttpClient, outcomeKey } from './http-client.ts';
 import { type Counts, recorder, type StepSummary } from './metrics.ts';
 import { challengeAnswer, type Shopper } from './shoppers.ts';

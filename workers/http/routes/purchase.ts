@@ -167,8 +167,10 @@ const reserveUnit = step(async function reserveUnit(c) {
     rememberKeyedAnswer(purchaseId, verified.expiresAt + KEYED_GRACE_MS);
   }
   if (!outcome.ok) {
-    // Fewer units left than asked for is not sold out: others may still buy what is left.
-    if (outcome.reason === 'SOLD_OUT' && !outcome.remaining) {
+    // Fewer units left than asked for is not sold out: others may still buy what is left. A
+    // replayed SOLD_OUT of a purchase of several units may have been such a refusal too.
+    const soldOut = outcome.reason === 'SOLD_OUT' && !outcome.remaining && !(outcome.replay && c.var.quantity > 1);
+    if (soldOut) {
       markSoldOut(goods.id, Date.now(), acceptedKeyedOf(outcome));
     }
     throw refusal(outcome.reason, outcome.remaining);
