@@ -18,7 +18,7 @@ export type CloseResult =
 
 /**
  * Closes a pending order (cancelled by its owner, or its payment window over) and returns its
- * unit to Postgres' stock, in one transaction. The update is guarded by `status = PENDING`,
+ * units to Postgres' stock, in one transaction. The update is guarded by `status = PENDING`,
  * so a payment and a close racing for the same order end with exactly one winner. The shop's
  * order.closed event is written in the same transaction.
  */
@@ -41,7 +41,7 @@ export async function closePendingOrder(
     if (closed) {
       await tx
         .update(seckillGoods)
-        .set({ stock: sql`${seckillGoods.stock} + 1`, updatedAt: new Date(now) })
+        .set({ stock: sql`${seckillGoods.stock} + ${closed.quantity}`, updatedAt: new Date(now) })
         .where(eq(seckillGoods.id, closed.goodsId));
       await tx
         .insert(mqConsumeLog)

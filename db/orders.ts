@@ -17,7 +17,7 @@ export type SqlExecutor = { execute(query: SQL): PromiseLike<{ rows: Record<stri
 const WrittenRow = z.object({
   request_id: z.string(),
   order_id: z.string().nullable(),
-  outcome: z.enum(['CREATED', 'EXISTING', 'ALREADY_PURCHASED', 'SOLD_OUT']),
+  outcome: z.enum(['CREATED', 'EXISTING', 'ALREADY_PURCHASED', 'LIMIT_REACHED', 'SOLD_OUT']),
   webhook_id: z.string().nullable(),
 });
 
@@ -34,6 +34,7 @@ function createdEvents(goodsId: number, messages: OrderMessage[], now: number): 
         userId: m.userId,
         status: ORDER_STATUS.PENDING_PAYMENT,
         priceCents: m.priceCents,
+        quantity: m.quantity ?? 1,
         payDeadline: new Date(now + m.payTimeoutSeconds * 1000),
         createdAt: new Date(now),
         paidAt: null,

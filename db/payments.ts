@@ -50,7 +50,8 @@ export async function createPayment(
         id: input.paymentId,
         orderId: order.id,
         provider: input.provider,
-        amountCents: order.priceCents,
+        // The order's amount: its unit price times its units.
+        amountCents: order.priceCents * order.quantity,
         createdAt: new Date(now),
         updatedAt: new Date(now),
       })

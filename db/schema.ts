@@ -8,11 +8,13 @@ import {
   integer,
   jsonb,
   pgTable,
+  primaryKey,
   smallint,
   text,
   timestamp,
   uniqueIndex,
 } from 'drizzle-orm/pg-core';
+import type { Eligibility, LimitScope } from '../workers/kernel/contract';
 import { ORDER_STATUS } from '../workers/kernel/order-status';
 import type { QueueSettings } from '../workers/kernel/waiting-room';
 
@@ -40,6 +42,12 @@ export const seckillGoods = pgTable(
     locationHint: text('location_hint'),
     /** The waiting room: `{mode, admitPerSecond?, preQueueSeconds?, passSeconds?}` (workers/kernel/waiting-room.ts). */
     queue: jsonb('queue').$type<QueueSettings>().notNull().default({ mode: 'off' }),
+    /** Units one shopper may hold (over one or several orders). */
+    perUserLimit: smallint('per_user_limit').notNull().default(1),
+    /** `goods`, or `activity`: one live order per shopper across the activity's goods. */
+    limitScope: text('limit_scope').$type<LimitScope>().notNull().default('goods'),
+    /** `open`, or `allowlist`: only the shoppers of seckill_allowlist may buy. */
+    eligibility: text('eligibility').$type<Eligibility>().notNull().default('open'),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
@@ -48,6 +56,9 @@ export const seckillGoods = pgTable(
     check('seckill_goods_price', sql`${t.priceCents} >= 0`),
     check('seckill_goods_window', sql`${t.endAt} > ${t.startAt}`),
     check('seckill_goods_pay_timeout', sql`${t.payTimeoutSeconds} BETWEEN 1 AND 43200`),
+    check('seckill_goods_per_user_limit', sql`${t.perUserLimit} BETWEEN 1 AND 100`),
+    check('seckill_goods_limit_scope', sql`${t.limitScope} IN ('goods', 'activity')`),
+    check('seckill_goods_eligibility', sql`${t.eligibility} IN ('open', 'allowlist')`),
     index('seckill_goods_window_idx').on(t.startAt, t.endAt),
   ],
 );
@@ -66,7 +77,13 @@ export const seckillOrder = pgTable(
       .notNull()
       .references(() => seckillGoods.id),
     activityId: bigint('activity_id', { mode: 'number' }).notNull(),
+    /** The unit price; the order's amount is priceCents × quantity. */
     priceCents: integer('price_cents').notNull(),
+    quantity: smallint('quantity').notNull().default(1),
+    /** The goods' limit scope when the order was made: `activity` orders meet the activity's unique index. */
+    limitScope: text('limit_scope').$type<LimitScope>().notNull().default('goods'),
+    /** The goods' per-shopper limit when the order was made (1: the one-live-order index applies). */
+    perUserLimit: smallint('per_user_limit').notNull().default(1),
     status: smallint('status').notNull().default(ORDER_STATUS.PENDING_PAYMENT),
     reservedAt: timestamp('reserved_at', { withTimezone: true, mode: 'date' }).notNull(),
     payDeadline: timestamp('pay_deadline', { withTimezone: true, mode: 'date' }).notNull(),
@@ -78,11 +95,34 @@ export const seckillOrder = pgTable(
   (t) => [
     uniqueIndex('seckill_order_order_no_uk').on(t.orderNo),
     uniqueIndex('seckill_order_request_id_uk').on(t.requestId),
-    // One live order per user and goods; a cancelled or closed one lets the user buy again.
-    uniqueIndex('seckill_order_user_goods_live_uk').on(t.userId, t.goodsId).where(sql`${t.status} IN (0, 1)`),
+    // One live order per user and goods where a shopper may hold one unit; a cancelled or closed
+    // one lets the user buy again. A larger limit is held by the goods' object (one per goods).
+    uniqueIndex('seckill_order_user_goods_live_uk')
+      .on(t.userId, t.goodsId)
+      .where(sql`${t.status} IN (0, 1) AND ${t.perUserLimit} = 1 AND ${t.limitScope} = 'goods'`),
+    // The seed's UNIQUE(user_id, activity_id): one live order per shopper across an activity's
+    // `activity`-scoped goods, the final guard behind the goods' objects (which see only their own).
+    uniqueIndex('seckill_order_user_activity_live_uk')
+      .on(t.userId, t.activityId)
+      .where(sql`${t.status} IN (0, 1) AND ${t.limitScope} = 'activity'`),
     index('seckill_order_goods_status_idx').on(t.goodsId, t.status),
+    // A shopper's orders of a goods: the units they hold (the eligibility answer).
+    index('seckill_order_user_goods_idx').on(t.userId, t.goodsId),
     index('seckill_order_pending_deadline_idx').on(t.payDeadline).where(sql`${t.status} = 0`),
   ],
+);
+
+/** The shoppers an `allowlist` goods is open to (copied into the goods' object, which checks it too). */
+export const seckillAllowlist = pgTable(
+  'seckill_allowlist',
+  {
+    goodsId: bigint('goods_id', { mode: 'number' })
+      .notNull()
+      .references(() => seckillGoods.id),
+    userId: text('user_id').notNull(),
+    createdAt: createdAt(),
+  },
+  (t) => [primaryKey({ columns: [t.goodsId, t.userId] })],
 );
 
 /** Business keys of consumed messages (e.g. `order:<requestId>`), so a redelivery is a no-op. */

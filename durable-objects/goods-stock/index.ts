@@ -15,6 +15,8 @@ import { log } from '../../workers/kernel/log';
 import { scheduleMetricsFlush } from '../../workers/metrics/flush';
 import { count } from '../../workers/metrics/registry';
 import { type MirrorCheck, MirrorSync } from '../../workers/mirror/sync';
+import { changeAllowlist } from './allowlist';
+import { countDecisions } from './decision-counts';
 import { KeyedAccepts } from './keyed-accepts';
 import { refuseOne, releaseOne, reserveOne, restoreUnsettled, returnRefused } from './ledger';
 import { mirrorExpectation, mirrorFullState, mirrorGoods, noteAccepted } from './mirror-view';
@@ -188,7 +190,8 @@ export class GoodsStock extends DurableObject<Env> {
       noteAccepted(this.mirror, sale, items, outcomes);
       this.syncMirror();
     }
-    this.countDecisions(sale.goodsId, outcomes);
+    countDecisions(sale.goodsId, items, outcomes);
+    scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));
     return this.keyedAccepts.answer(items, outcomes, now);
   }
 
@@ -211,11 +214,11 @@ export class GoodsStock extends DurableObject<Env> {
             this.mirror.noteResult({ requestId: s.requestId, userId, value: `SUCCESS:${s.orderId}` });
           }
         } else if (s.reason === 'SOLD_OUT' && sale) {
-          const userId = refuseOne(this.store, sale, s.requestId, now);
-          if (userId !== undefined) {
+          const shopper = refuseOne(this.store, sale, s.requestId, now);
+          if (shopper !== undefined) {
             refused++;
-            this.mirror.noteUser(userId, false);
-            this.mirror.noteResult({ requestId: s.requestId, userId, value: 'FAIL:SOLD_OUT' });
+            this.mirror.noteUser(shopper.userId, shopper.stillHolds);
+            this.mirror.noteResult({ requestId: s.requestId, userId: shopper.userId, value: 'FAIL:SOLD_OUT' });
           }
         } else if (this.releaseUnit(s.requestId, s.reason, now)) {
           released++;
@@ -269,7 +272,7 @@ export class GoodsStock extends DurableObject<Env> {
     if (!this.sale || !released) {
       return false;
     }
-    this.mirror.noteUser(released.userId, false);
+    this.mirror.noteUser(released.userId, released.stillHolds);
     this.mirror.noteStock(this.sale.remaining);
     if (released.wasQueued) {
       this.mirror.noteResult({ requestId, userId: released.userId, value: `FAIL:${reason}` });
@@ -290,6 +293,11 @@ export class GoodsStock extends DurableObject<Env> {
       ...(r.order_id && r.status !== 'FAIL' ? { orderId: r.order_id } : {}),
       ...(r.reason ? { reason: r.reason as FailReason } : {}),
     };
+  }
+
+  /** Adds and removes shoppers of the sale's allowlist (one chunk of a larger change); how many it holds. */
+  async changeAllowlist(add: string[], remove: string[]): Promise<{ count: number }> {
+    return { count: this.ctx.storage.transactionSync(() => changeAllowlist(this.ctx.storage.sql, add, remove)) };
   }
 
   async setPaused(paused: boolean): Promise<StockSnapshot | undefined> {
@@ -385,15 +393,5 @@ export class GoodsStock extends DurableObject<Env> {
     if (this.mirror.enabled) {
       this.ctx.waitUntil(this.mirror.flush());
     }
-  }
-
-  private countDecisions(goodsId: number, outcomes: ReserveOutcome[]): void {
-    for (const o of outcomes) {
-      count('seckill_reservations_total', {
-        goods_id: String(goodsId),
-        outcome: o.replay ? 'replay' : o.ok ? 'accepted' : o.reason.toLowerCase(),
-      });
-    }
-    scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));
   }
 }

@@ -100,6 +100,9 @@ export type WebhookOrder = {
   userId: string;
   status: string;
   priceCents: number;
+  /** Units of the order; the shopper pays priceCents × quantity. */
+  quantity: number;
+  amountCents: number;
   payDeadline: string;
   createdAt: string;
   paidAt: string | null;
@@ -115,6 +118,7 @@ export function webhookOrder(o: {
   userId: string;
   status: number;
   priceCents: number;
+  quantity: number;
   payDeadline: Date;
   createdAt: Date;
   paidAt: Date | null;
@@ -128,6 +132,8 @@ export function webhookOrder(o: {
     userId: o.userId,
     status: orderStatusName(o.status),
     priceCents: o.priceCents,
+    quantity: o.quantity,
+    amountCents: o.priceCents * o.quantity,
     payDeadline: o.payDeadline.toISOString(),
     createdAt: o.createdAt.toISOString(),
     paidAt: o.paidAt?.toISOString() ?? null,

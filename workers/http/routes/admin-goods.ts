@@ -1,17 +1,19 @@
 import { Hono } from 'hono';
 import { z } from 'zod';
-import { withDbFor } from '../../../db/client';
-import { findGoods, insertGoods, setGoodsPaused, setGoodsQueue, toGoodsInit } from '../../../db/goods';
+import { changeAllowlist } from '../../../db/allowlist';
+import { dbOptions, httpDb, withDbFor } from '../../../db/client';
+import { findGoods, type GoodsRow, insertGoods, setGoodsPaused, toGoodsInit, updateGoodsSettings } from '../../../db/goods';
 import { goodsStock } from '../../../durable-objects/routing';
 import { getGoods, invalidateGoods } from '../../edge/goods-cache';
 import { goodsView } from '../../edge/goods-view';
 import { goodsStats } from '../../edge/stats';
 import { commitSeed, pushRoomSettings, queueOf } from '../../edge/waiting-room';
 import type { Config } from '../../kernel/config';
-import { CreateGoodsBody, GoodsId, UpdateGoodsBody } from '../../kernel/contract';
+import { AllowlistBody, CreateGoodsBody, GoodsId, UpdateGoodsBody } from '../../kernel/contract';
 import { AppError } from '../../kernel/errors';
 import type { AppEnv } from '../context';
 import { adminAuth } from '../middleware/admin-auth';
+import { limitAllowlistBody } from '../middleware/body-limit';
 import { valid } from '../middleware/validate';
 import { adminOps } from './admin-ops';
 
@@ -28,20 +30,41 @@ export const admin = new Hono<AppEnv>()
     // Pre-warm at once: the object exists before the first shopper arrives.
     const snapshot = await goodsStock(c.env, row).init(toGoodsInit(row));
     await commitSeed(c.env, row);
-    return c.json({ ...goodsView(row, snapshot, undefined, Date.now()), locationHint: row.locationHint, queue: queueOf(row) }, 201);
+    return c.json(adminGoodsView(row, snapshot), 201);
   })
 
   .put('/goods/:goodsId', valid('param', GoodsParam), valid('json', UpdateGoodsBody), async (c) => {
     const { goodsId } = c.req.valid('param');
     const body = c.req.valid('json');
-    const row = await withDbFor(c.var.config, async (d) => (body.queue ? setGoodsQueue(d, goodsId, body.queue) : findGoods(d, goodsId)));
+    const row = await withDbFor(c.var.config, (d) => updateGoodsSettings(d, goodsId, body));
     if (!row) {
       throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
     }
     await invalidateGoods(c.var.config);
     await Promise.all([commitSeed(c.env, row), pushRoomSettings(c.env, row)]);
-    const snapshot = await goodsStock(c.env, row).snapshot();
-    return c.json({ ...goodsView(row, snapshot, undefined, Date.now()), locationHint: row.locationHint, queue: queueOf(row) });
+    const stub = goodsStock(c.env, row);
+    // The sale rules take effect in the object at once (an object not made yet is made with them).
+    const rules = body.perUserLimit !== undefined || body.limitScope !== undefined || body.eligibility !== undefined;
+    const snapshot = rules ? await stub.init(toGoodsInit(row)) : await stub.snapshot();
+    return c.json(adminGoodsView(row, snapshot));
+  })
+
+  // Postgres first, in chunks of multi-row statements; then the goods' object, in chunks of RPCs,
+  // so the check where the unit is taken reads its own copy. A failure part-way is safe to repeat.
+  .put('/goods/:goodsId/allowlist', limitAllowlistBody, valid('param', GoodsParam), valid('json', AllowlistBody), async (c) => {
+    const { goodsId } = c.req.valid('param');
+    const add = c.req.valid('json').add ?? [];
+    const remove = c.req.valid('json').remove ?? [];
+    const row = await withDbFor(c.var.config, (d) => findGoods(d, goodsId), 1);
+    if (!row) {
+      throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
+    }
+    const count = await changeAllowlist(httpDb(dbOptions(c.var.config)), goodsId, add, remove);
+    const stub = goodsStock(c.env, row);
+    for (let i = 0; i < Math.max(add.length, remove.length); i += OBJECT_CHUNK) {
+      await stub.changeAllowlist(add.slice(i, i + OBJECT_CHUNK), remove.slice(i, i + OBJECT_CHUNK));
+    }
+    return c.json({ count });
   })
 
   .post('/goods/:goodsId/prewarm', valid('param', GoodsParam), async (c) => {
@@ -70,6 +93,14 @@ export const admin = new Hono<AppEnv>()
     const queueSettings = await getGoods(c.var.config, stats.goodsId).then(queueOf, () => undefined);
     return c.json({ ...stats, ...(queueSettings ? { queueSettings } : {}) });
   });
+
+/** Ids per RPC to the goods' object: one transaction each, well inside an RPC's size. */
+const OBJECT_CHUNK = 10_000;
+
+/** The goods as the admin routes answer it: the shopper's view plus its placement and waiting room. */
+function adminGoodsView(row: GoodsRow, snapshot: Parameters<typeof goodsView>[1]) {
+  return { ...goodsView(row, snapshot, undefined, Date.now()), locationHint: row.locationHint, queue: queueOf(row) };
+}
 
 async function setPaused(env: Env, config: Config, goodsId: number, paused: boolean) {
   const row = await withDbFor(config, (d) => setGoodsPaused(d, goodsId, paused));

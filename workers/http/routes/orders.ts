@@ -29,6 +29,8 @@ export function orderView(o: OrderRow) {
     userId: o.userId,
     status: orderStatusName(o.status),
     priceCents: o.priceCents,
+    quantity: o.quantity,
+    amountCents: o.priceCents * o.quantity,
     payDeadline: o.payDeadline.toISOString(),
     createdAt: o.createdAt.toISOString(),
     ...(o.paidAt ? { paidAt: o.paidAt.toISOString() } : {}),
