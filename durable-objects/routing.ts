@@ -75,9 +75,21 @@ export function admissionGate(env: Env, goods: GoodsPlacement) {
   return placed(env.ADMISSION_GATE, `gate:${goods.id}`, goods);
 }
 
-/** The one object that holds the metrics totals of every isolate. */
-export function metricsHub(env: Env) {
-  return env.METRICS.get(env.METRICS.idFromName('metrics'));
+/**
+ * Metrics totals are spread over this many objects: an isolate ships its deltas to one of them
+ * (chosen once per isolate), and a scrape sums them all, so no object hears from the whole fleet.
+ */
+export const METRICS_SHARDS = 32;
+
+/** Metrics shard `i` (0 keeps the name of the single object earlier builds used, so its totals carry on). */
+export function metricsShard(env: Env, i: number) {
+  const shard = ((Math.floor(i) % METRICS_SHARDS) + METRICS_SHARDS) % METRICS_SHARDS;
+  return env.METRICS.get(env.METRICS.idFromName(shard === 0 ? 'metrics' : `metrics:${shard}`));
+}
+
+/** Every metrics shard, for the scrape that sums them. */
+export function allMetricsShards(env: Env) {
+  return Array.from({ length: METRICS_SHARDS }, (_, i) => metricsShard(env, i));
 }
 
 // The waiting room (durable-objects/waiting-room/): per goods, ROOM_SHARDS shard objects that
