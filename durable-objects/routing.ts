@@ -27,7 +27,7 @@ export function goodsStock(env: Env, goods: GoodsPlacement) {
 }
 
 /** Guard objects hold single-use markers and exact limits, sharded by key. */
-export const GUARD_SHARDS = 16;
+export const GUARD_SHARDS = 128;
 
 const shardName = (i: number) => `guard:${i}`;
 
