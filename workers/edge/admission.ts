@@ -3,12 +3,15 @@ import type { GoodsPlacement } from '../kernel/contract';
 import { AppError } from '../kernel/errors';
 import { log } from '../kernel/log';
 import { sleep } from '../kernel/sleep';
+import type { WaitUntil } from './group-commit';
 
 // Admission control: each goods lets at most `rate` requests per second through to its stock
 // object, across every isolate. The goods' AdmissionGate object holds the bucket and
 // leases permits in small batches that are valid for LEASE_TTL_MS, so a busy isolate asks the
-// gate about ten times a second instead of once per request. Unused permits lapse: the gate
-// errs on the side of letting fewer through. A refused request is answered 503 BUSY at once.
+// gate about ten times a second instead of once per request. The next lease is fetched in the
+// background while the pool still holds permits, so in a steady stream no purchase waits on the
+// gate. Unused permits lapse: the gate errs on the side of letting fewer through. A refused
+// request is answered 503 BUSY at once.
 
 /** Permits leased to an isolate expire after this long. */
 export const LEASE_TTL_MS = 100;
@@ -28,6 +31,8 @@ type Pool = {
   inFlight: number;
   /** The rate the pool last leased at; a change voids what the gate said about the old one. */
   rate: number;
+  /** Permits the last lease granted: the pool renews in the background once half are used. */
+  lastGrant: number;
 };
 
 const pools = new Map<number, Pool>();
@@ -35,7 +40,7 @@ const pools = new Map<number, Pool>();
 function pool(goodsId: number, rate = -1): Pool {
   let p = pools.get(goodsId);
   if (!p) {
-    p = { permits: 0, validUntil: 0, emptyUntil: 0, leasing: false, demand: 0, demandSince: 0, inFlight: 0, rate };
+    p = { permits: 0, validUntil: 0, emptyUntil: 0, leasing: false, demand: 0, demandSince: 0, inFlight: 0, rate, lastGrant: 0 };
     pools.set(goodsId, p);
   }
   return p;
@@ -53,12 +58,23 @@ function takeLocal(p: Pool, now: number): boolean {
   return false;
 }
 
+/** Renews the pool in the background once half its permits or half its lease time are used. */
+function renewEarly(env: Env, p: Pool, goods: GoodsPlacement, rate: number, now: number, waitUntil: WaitUntil | undefined): void {
+  if (!waitUntil || p.leasing || now < p.emptyUntil) {
+    return;
+  }
+  if (p.permits * 2 <= p.lastGrant || p.validUntil - now <= LEASE_TTL_MS / 2) {
+    waitUntil(lease(env, p, goods, rate));
+  }
+}
+
 /**
- * Waits for a permit to reach the goods' object, or throws 503 BUSY. Never waits on another
- * request's promise (workerd cancels such requests): a request that finds a lease in flight
- * polls the pool on its own timer.
+ * Takes a permit for a purchase to reach the goods' object, or throws 503 BUSY. With permits in
+ * the pool it answers at once (and renews the pool in the background when it runs low). Never
+ * waits on another request's promise (workerd cancels such requests): a request that finds the
+ * pool empty and a lease in flight polls the pool on its own timer.
  */
-export async function acquirePermit(env: Env, goods: GoodsPlacement, rate: number): Promise<void> {
+export async function acquirePermit(env: Env, goods: GoodsPlacement, rate: number, waitUntil?: WaitUntil): Promise<void> {
   const p = pool(goods.id, rate);
   if (p.rate !== rate) {
     p.rate = rate;
@@ -73,6 +89,7 @@ export async function acquirePermit(env: Env, goods: GoodsPlacement, rate: numbe
   for (;;) {
     const now = Date.now();
     if (takeLocal(p, now)) {
+      renewEarly(env, p, goods, rate, now, waitUntil);
       return;
     }
     if (now < p.emptyUntil) {
@@ -100,6 +117,7 @@ async function lease(env: Env, p: Pool, goods: GoodsPlacement, rate: number): Pr
       // Permits still held from an earlier lease are kept until the new deadline too.
       p.permits = (now < p.validUntil ? p.permits : 0) + got.granted;
       p.validUntil = now + LEASE_TTL_MS;
+      p.lastGrant = got.granted;
     } else {
       p.emptyUntil = now + Math.min(got.retryAfterMs, 1_000);
     }
