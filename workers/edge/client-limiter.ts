@@ -28,7 +28,17 @@ export class ClientLimiter {
   private readonly shares = new Map<string, Share>();
   private pending = new Map<string, KeyReport>();
 
-  constructor(readonly isolate: string = crypto.randomUUID()) {}
+  private id: string | undefined;
+
+  /** `isolate` names this limiter to the shards; by default a random id, drawn on first use (not at module scope, where workerd forbids random values). */
+  constructor(isolate?: string) {
+    this.id = isolate;
+  }
+
+  get isolate(): string {
+    this.id ??= crypto.randomUUID();
+    return this.id;
+  }
 
   /**
    * The ban this isolate knows for any of `ids`, if one is in force. A ban trusted for longer

@@ -7,12 +7,72 @@ import { ClientLimiter } from './client-limiter';
 import type { WaitUntil } from './group-commit';
 
 // The isolate's limiter, and its accounting sent to the guard shards in the background: at most
-// one report per REPORT_INTERVAL_MS per isolate, one call per shard that owns a reported key,
-// kept alive with waitUntil. Nothing here is on a shopper's wait except a new ban, which the
-// refused request carries to its shard so the ban is listed and spreads at once.
+// one report round per REPORT_INTERVAL_MS per isolate, kept alive with waitUntil, of at most
+// CALLS_PER_ROUND calls (one per shard). A busy isolate has keys on every shard; the shards with
+// the busiest keys go first and the rest wait a round or a few (their keys keep counting), so
+// the accounting costs the isolate and each shard a bounded number of calls. Nothing here is on
+// a shopper's wait except a new ban, which the refused request carries to its shard so the ban
+// is listed and spreads at once.
 
 /** An isolate reports its accounting at most this often. */
 export const REPORT_INTERVAL_MS = 500;
+/** Calls one report round makes at most. */
+export const CALLS_PER_ROUND = 16;
+/** A shard's keys wait at most this many rounds behind busier ones. */
+const MAX_WAIT_ROUNDS = 8;
+/** Keys waiting for their round, at most; beyond, the quietest shards' accounting is dropped. */
+const MAX_WAITING_KEYS = 20_000;
+
+type Waiting = { keys: KeyReport[]; rounds: number };
+
+/** How soon a shard's batch must go: bans and checks first, then long waits, then the busiest key. */
+function urgency(batch: Waiting): number {
+  let hits = 0;
+  for (const key of batch.keys) {
+    if (key.bannedUntil !== undefined || key.check) {
+      return Number.POSITIVE_INFINITY;
+    }
+    hits = Math.max(hits, key.hits);
+  }
+  return batch.rounds >= MAX_WAIT_ROUNDS ? Number.MAX_SAFE_INTEGER : hits;
+}
+
+/**
+ * One report round: adds `keys` to what waits per shard, and takes the `maxCalls` most urgent
+ * shards' batches to send now; the others wait a round more. Pure (the shard of a key is given).
+ */
+export function planRound(
+  waiting: Map<string, Waiting>,
+  keys: readonly KeyReport[],
+  shardOf: (id: string) => string,
+  maxCalls: number,
+): [string, KeyReport[]][] {
+  for (const key of keys) {
+    const shard = shardOf(key.id);
+    const batch = waiting.get(shard);
+    if (batch) {
+      batch.keys.push(key);
+    } else {
+      waiting.set(shard, { keys: [key], rounds: 0 });
+    }
+  }
+  const ranked = [...waiting].map(([shard, batch]) => ({ shard, batch, urgency: urgency(batch) })).sort((a, b) => b.urgency - a.urgency);
+  const now = ranked.slice(0, maxCalls);
+  for (const { shard } of now) {
+    waiting.delete(shard);
+  }
+  let kept = 0;
+  for (const { shard, batch } of ranked.slice(maxCalls)) {
+    batch.rounds++;
+    kept += batch.keys.length;
+    if (kept > MAX_WAITING_KEYS) {
+      waiting.delete(shard);
+    }
+  }
+  return now.map(({ shard, batch }) => [shard, batch.keys]);
+}
+
+const waiting = new Map<string, Waiting>();
 
 /** This isolate's limiter (module scope: it lives as long as the isolate). */
 export const limiter = new ClientLimiter();
@@ -51,27 +111,25 @@ export function scheduleGuardReport(env: Env, used: BanPolicy | undefined, waitU
 
 /** Sends what was accounted to each key's shard and folds the answers in. */
 async function sendReport(env: Env): Promise<void> {
-  const keys = limiter.takeReport();
   const used = policy;
-  if (!keys || !used) {
+  if (!used) {
     return;
   }
-  await sendToShards(env, keys, used);
+  const round = planRound(waiting, limiter.takeReport() ?? [], guardShardName, CALLS_PER_ROUND);
+  await send(env, round, used);
+  if (waiting.size > 0) {
+    // Shards still waiting: the next round comes whether or not requests arrive to schedule it.
+    delayedSince = Date.now();
+    await sleep(REPORT_INTERVAL_MS);
+    delayedSince = 0;
+    lastReportAt = Date.now();
+    await sendReport(env);
+  }
 }
 
-async function sendToShards(env: Env, keys: KeyReport[], used: BanPolicy): Promise<void> {
-  const byShard = new Map<string, KeyReport[]>();
-  for (const key of keys) {
-    const shard = guardShardName(key.id);
-    const list = byShard.get(shard);
-    if (list) {
-      list.push(key);
-    } else {
-      byShard.set(shard, [key]);
-    }
-  }
+async function send(env: Env, batches: [string, KeyReport[]][], used: BanPolicy): Promise<void> {
   await Promise.all(
-    [...byShard].map(async ([shard, batch]) => {
+    batches.map(async ([shard, batch]) => {
       const sentAt = Date.now();
       try {
         const reply = await guardShardByName(env, shard).account({ isolate: limiter.isolate, policy: used, keys: batch });
@@ -93,9 +151,10 @@ export async function spreadBans(env: Env, bans: readonly NewBan[], used: BanPol
   if (bans.length === 0) {
     return;
   }
-  await sendToShards(
-    env,
-    bans.map((b) => ({ id: b.id, hits: 0, windows: [], bannedUntil: b.until })),
-    used,
-  );
+  const byShard = new Map<string, KeyReport[]>();
+  for (const b of bans) {
+    const shard = guardShardName(b.id);
+    byShard.set(shard, [...(byShard.get(shard) ?? []), { id: b.id, hits: 0, windows: [], bannedUntil: b.until }]);
+  }
+  await send(env, [...byShard], used);
 }

@@ -10,8 +10,8 @@ let lastFlushAt = 0;
 /** When the pending delayed flush was scheduled (0: none). */
 let delayedSince = 0;
 let inFlight = 0;
-/** This isolate's metrics shard, drawn once: isolates spread evenly over the shards. */
-const SHARD = crypto.getRandomValues(new Uint32Array(1))[0] ?? 0;
+/** This isolate's metrics shard, drawn at its first flush (random values are not allowed at module scope): isolates spread evenly over the shards. */
+let shard: number | undefined;
 
 /** Ships this isolate's pending deltas now. A failed send puts them back for the next try. */
 export async function flushMetrics(env: Env): Promise<void> {
@@ -26,7 +26,8 @@ export async function flushMetrics(env: Env): Promise<void> {
 async function send(env: Env, delta: MetricsDelta): Promise<void> {
   inFlight++;
   try {
-    await metricsShard(env, SHARD % METRICS_SHARDS).add(delta);
+    shard ??= (crypto.getRandomValues(new Uint32Array(1))[0] ?? 0) % METRICS_SHARDS;
+    await metricsShard(env, shard).add(delta);
   } catch (error) {
     restoreDelta(delta);
     log.warn('metrics.flush_failed', { error });
