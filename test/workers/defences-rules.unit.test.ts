@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { TokenBucket } from '../../durable-objects/admission-gate/bucket';
+import { TokenBucket } from '../../workers/kernel/token-bucket';
 import { applyPatch, readStoredLimits } from '../../durable-objects/limits-store/rules';
 import { clientIp, clientKeys, ipKey } from '../../workers/edge/client-guard';
 import {

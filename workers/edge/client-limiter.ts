@@ -1,5 +1,6 @@
 import type { AdmitKey, AdmitVerdict, BanPolicy, GuardReply, KeyReport } from '../kernel/contract';
 import { GuardBook, type NewBan } from '../kernel/guard-book';
+import { isolateId } from './isolate-id';
 
 // One isolate's limiter: it decides every per-IP and per-shopper limit and the ban counter from
 // what it holds, with no object call on the shopper's wait, and keeps the accounting for the
@@ -30,13 +31,13 @@ export class ClientLimiter {
 
   private id: string | undefined;
 
-  /** `isolate` names this limiter to the shards; by default a random id, drawn on first use (not at module scope, where workerd forbids random values). */
+  /** `isolate` names this limiter to the shards; by default this isolate's name. */
   constructor(isolate?: string) {
     this.id = isolate;
   }
 
   get isolate(): string {
-    this.id ??= crypto.randomUUID();
+    this.id ??= isolateId();
     return this.id;
   }
 
