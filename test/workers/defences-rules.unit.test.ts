@@ -1,5 +1,4 @@
 import { describe, expect, it } from 'vitest';
-import { TokenBucket } from '../../workers/kernel/token-bucket';
 import { applyPatch, readStoredLimits } from '../../durable-objects/limits-store/rules';
 import { clientIp, clientKeys, ipKey } from '../../workers/edge/client-guard';
 import {
@@ -16,6 +15,7 @@ import type { AdmitKey } from '../../workers/kernel/contract';
 import { GuardBook } from '../../workers/kernel/guard-book';
 import { admissionRate, DEFAULT_LIMITS, LimitsPatch } from '../../workers/kernel/limits';
 import { leadingZeroBits, solvePow, verifyPow } from '../../workers/kernel/pow';
+import { TokenBucket } from '../../workers/kernel/token-bucket';
 import { SlidingLog, WindowCounter } from '../../workers/kernel/windows';
 
 const T0 = 1_700_000_000_000;
