@@ -65,6 +65,20 @@ export function limitsStore(env: Env) {
   return env.LIMITS_STORE.get(env.LIMITS_STORE.idFromName('limits'));
 }
 
+/** Read-only copies of the runtime limits that the isolates read, so the store itself hears from a few copies, not the fleet. */
+export const LIMITS_REPLICAS = 16;
+
+/** Limits copy `i` (the isolates spread over them by name; the store pushes every change to each). */
+export function limitsReplica(env: Env, i: number) {
+  const n = ((Math.floor(i) % LIMITS_REPLICAS) + LIMITS_REPLICAS) % LIMITS_REPLICAS;
+  return env.LIMITS_STORE.get(env.LIMITS_STORE.idFromName(`limits:replica:${n}`));
+}
+
+/** Every limits copy (the store's pushes). */
+export function allLimitsReplicas(env: Env) {
+  return Array.from({ length: LIMITS_REPLICAS }, (_, i) => limitsReplica(env, i));
+}
+
 /** The EdgeGuard instance that held the runtime limits before the limits store (read once by the store). */
 export function legacyLimitsHolder(env: Env) {
   return env.EDGE_GUARD.get(env.EDGE_GUARD.idFromName('config:limits'));

@@ -1,11 +1,13 @@
-import { limitsStore } from '../../durable-objects/routing';
+import { LIMITS_REPLICAS, limitsReplica } from '../../durable-objects/routing';
 import { AppError } from '../kernel/errors';
 import type { Limits } from '../kernel/limits';
 import { log } from '../kernel/log';
 import type { WaitUntil } from './group-commit';
+import { isolateId } from './isolate-id';
 
 // Each isolate keeps a copy of the runtime limits, so a change made with PUT /admin/limits
-// reaches the whole fleet within a few seconds without a redeploy. A busy isolate renews its
+// reaches the whole fleet within a few seconds without a redeploy. It reads one of the limits
+// store's copies (always the same one, by its name), which the store keeps up to date. A busy isolate renews its
 // copy in the background once it is REFRESH_AFTER_MS old, so no shopper waits on the store;
 // only an isolate that was idle past LIMITS_TTL_MS waits for a fresh copy.
 
@@ -20,10 +22,19 @@ type Cached = { limits: Limits; at: number };
 let cached: Cached | undefined;
 let refreshStartedAt = 0;
 
+/** The copy an isolate reads: a hash of its name. */
+function replicaOf(name: string): number {
+  let h = 0;
+  for (let i = 0; i < name.length; i++) {
+    h = (h * 31 + name.charCodeAt(i)) | 0;
+  }
+  return Math.abs(h) % LIMITS_REPLICAS;
+}
+
 async function refresh(env: Env, now: number): Promise<Limits> {
   refreshStartedAt = now;
   try {
-    const { limits } = await limitsStore(env).getLimits();
+    const limits = (await limitsReplica(env, replicaOf(isolateId())).replicaLimits()).limits;
     cached = { limits, at: Date.now() };
     return limits;
   } catch (error) {
