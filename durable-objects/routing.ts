@@ -37,7 +37,7 @@ export function goodsStock(env: Env, goods: GoodsPlacement) {
 }
 
 /** Guard objects hold single-use markers and exact limits, sharded by key. */
-export const GUARD_SHARDS = 16;
+export const GUARD_SHARDS = 128;
 
 const shardName = (i: number) => `guard:${i}`;
 
@@ -75,6 +75,20 @@ export function limitsStore(env: Env) {
   return named(env.LIMITS_STORE, 'limits');
 }
 
+/** Read-only copies of the runtime limits that the isolates read, so the store itself hears from a few copies, not the fleet. */
+export const LIMITS_REPLICAS = 16;
+
+/** Limits copy `i` (the isolates spread over them by name; the store pushes every change to each). */
+export function limitsReplica(env: Env, i: number) {
+  const n = ((Math.floor(i) % LIMITS_REPLICAS) + LIMITS_REPLICAS) % LIMITS_REPLICAS;
+  return named(env.LIMITS_STORE, `limits:replica:${n}`);
+}
+
+/** Every limits copy (the store's pushes). */
+export function allLimitsReplicas(env: Env) {
+  return Array.from({ length: LIMITS_REPLICAS }, (_, i) => limitsReplica(env, i));
+}
+
 /** The EdgeGuard instance that held the runtime limits before the limits store (read once by the store). */
 export function legacyLimitsHolder(env: Env) {
   return named(env.EDGE_GUARD, 'config:limits');
@@ -85,9 +99,21 @@ export function admissionGate(env: Env, goods: GoodsPlacement) {
   return placed(env.ADMISSION_GATE, `gate:${goods.id}`, goods);
 }
 
-/** The one object that holds the metrics totals of every isolate. */
-export function metricsHub(env: Env) {
-  return named(env.METRICS, 'metrics');
+/**
+ * Metrics totals are spread over this many objects: an isolate ships its deltas to one of them
+ * (chosen once per isolate), and a scrape sums them all, so no object hears from the whole fleet.
+ */
+export const METRICS_SHARDS = 32;
+
+/** Metrics shard `i` (0 keeps the name of the single object earlier builds used, so its totals carry on). */
+export function metricsShard(env: Env, i: number) {
+  const shard = ((Math.floor(i) % METRICS_SHARDS) + METRICS_SHARDS) % METRICS_SHARDS;
+  return named(env.METRICS, shard === 0 ? 'metrics' : `metrics:${shard}`);
+}
+
+/** Every metrics shard, for the scrape that sums them. */
+export function allMetricsShards(env: Env) {
+  return Array.from({ length: METRICS_SHARDS }, (_, i) => metricsShard(env, i));
 }
 
 // The waiting room (durable-objects/waiting-room/): per goods, ROOM_SHARDS shard objects that

@@ -1,16 +1,24 @@
 import { DurableObject } from 'cloudflare:workers';
-import type { Lease } from '../../workers/kernel/contract';
-import { TokenBucket } from './bucket';
+import type { Lease, RateShare } from '../../workers/kernel/contract';
+import { TokenBucket } from '../../workers/kernel/token-bucket';
+import { RateShares } from './shares';
 
 /**
- * One per goods (see admissionGate in ../routing): the goods' admission bucket, leased to
- * isolates in small batches (workers/edge/admission.ts). The bucket lives in memory: it spans a
- * tenth of a second, and a restarted gate starting afresh lets through no more than a full one.
+ * One per goods (see admissionGate in ../routing): splits the goods' admission rate among the
+ * isolates selling it, each of which admits its share on its own (workers/edge/admission.ts)
+ * and renews it every couple of seconds. The shares live in memory: a restarted gate hears
+ * from every busy isolate again within one renewal.
  */
 export class AdmissionGate extends DurableObject<Env> {
   private readonly bucket = new TokenBucket();
+  private readonly shares = new RateShares();
 
-  /** Admission permits: up to `want` at `ratePerSecond`, or how long until there are some. */
+  /** This isolate's share of `ratePerSecond`, given the purchases per second it sees. */
+  async share(isolate: string, demandPerSecond: number, ratePerSecond: number): Promise<RateShare> {
+    return this.shares.share(isolate, demandPerSecond, ratePerSecond, Date.now());
+  }
+
+  /** Admission permits as builds before the shares leased them: up to `want` at `ratePerSecond`, or how long until there are some. */
   async lease(want: number, ratePerSecond: number): Promise<Lease> {
     return this.bucket.take(want, ratePerSecond, Date.now());
   }

@@ -1,19 +1,32 @@
 import { DurableObject } from 'cloudflare:workers';
-import type { AdmitKey, AdmitVerdict, AnsweredCount, BanPolicy, BanView, KnownBan, LegacyLimits } from '../../workers/kernel/contract';
-import { GuardBook } from './rules';
+import type {
+  AdmitKey,
+  AdmitVerdict,
+  AnsweredCount,
+  BanPolicy,
+  BanView,
+  GuardReply,
+  GuardReport,
+  KnownBan,
+  LegacyLimits,
+} from '../../workers/kernel/contract';
+import { GuardBook, type NewBan } from '../../workers/kernel/guard-book';
+import { GuardLedger } from './ledger';
 import { GuardStorage } from './storage';
 
 const PRUNE_INTERVAL_MS = 60_000;
 
 /**
- * A key shard of the edge's exact per-client state (see guardShard in ../routing): single-use
- * markers (captcha challenges), per-client rate windows and bans. Rate windows live in memory:
- * they span a second or a few, and an evicted shard starting them afresh is harmless. Markers
- * and bans are in storage.
+ * A key shard of the edge's per-client state (see guardShard in ../routing): single-use markers
+ * (captcha challenges), bans, and the fleet's view of each client's rate windows, summed from
+ * the isolates' background reports (see workers/edge/client-limiter.ts). Rate windows live in
+ * memory: they span a second or a few, and an evicted shard starting them afresh is harmless.
+ * Markers and bans are in storage.
  */
 export class EdgeGuard extends DurableObject<Env> {
   private readonly store: GuardStorage;
   private readonly book = new GuardBook();
+  private readonly ledger = new GuardLedger();
   private readonly bans = new Map<string, number>();
 
   constructor(ctx: DurableObjectState, env: Env) {
@@ -39,7 +52,20 @@ export class EdgeGuard extends DurableObject<Env> {
   }
 
   /**
-   * Admits a batch of requests (an isolate's group commit, see workers/edge/group-commit.ts), in
+   * One isolate's accounting for the keys of this shard, sent in the background: its requests
+   * counted toward bans, its admissions, bans it decided. Answers the bans in force for those
+   * keys, the bans it asked about that were lifted, and its share of each key's limits.
+   */
+  async account(report: GuardReport): Promise<GuardReply> {
+    const now = Date.now();
+    const { reply, newBans } = this.ledger.account(report, this.bans, now);
+    await this.keepBans(newBans, now);
+    return reply;
+  }
+
+  /**
+   * Admits a batch of requests the way builds before the isolates' own limiters did (an
+   * isolate's group commit, see workers/edge/group-commit.ts), in
    * order, as if each had come alone. Checks, counting and any new ban happen without an await
    * in between, so concurrent requests of one client can never both slip under a limit.
    */
@@ -103,6 +129,7 @@ export class EdgeGuard extends DurableObject<Env> {
     const had = (this.bans.get(id) ?? 0) > Date.now();
     this.bans.delete(id);
     this.book.forget(id);
+    this.ledger.forget(id);
     this.store.deleteBan(id);
     return had;
   }
@@ -113,6 +140,16 @@ export class EdgeGuard extends DurableObject<Env> {
    */
   async legacyLimits(): Promise<LegacyLimits | undefined> {
     return this.store.legacyLimits();
+  }
+
+  private async keepBans(bans: NewBan[], now: number): Promise<void> {
+    for (const ban of bans) {
+      this.bans.set(ban.id, ban.until);
+      this.store.saveBan(ban.id, ban.until, now);
+    }
+    if (bans.length > 0) {
+      await this.schedulePrune(now);
+    }
   }
 
   private async schedulePrune(now: number): Promise<void> {

@@ -1,17 +1,25 @@
 import { DurableObject } from 'cloudflare:workers';
 import type { StoredLimits } from '../../workers/kernel/contract';
 import { DEFAULT_LIMITS, LimitsPatch } from '../../workers/kernel/limits';
-import { legacyLimitsHolder } from '../routing';
+import { log } from '../../workers/kernel/log';
+import { allLimitsReplicas, legacyLimitsHolder, limitsStore } from '../routing';
 import { applyPatch, readStoredLimits } from './rules';
 import { LimitsStorage, type StoredRecord } from './storage';
 
+/** A copy re-reads the store when its copy is this old (a push it missed is at most this late). */
+const REPLICA_TTL_MS = 1_000;
+
 /**
  * The one durable record of the runtime limits (the traffic switch): stored values over the
- * defaults. Isolates read it through their few-seconds copy (workers/edge/limits.ts).
+ * defaults. Isolates read it through their few-seconds copy (workers/edge/limits.ts), fetched
+ * from one of LIMITS_REPLICAS copies (instances of this class named `limits:replica:N`, see
+ * ../routing): the store pushes each change to every copy, and a copy re-reads the store once
+ * a second otherwise, so the store hears from a few copies, not from every isolate.
  */
 export class LimitsStore extends DurableObject<Env> {
   private readonly store: LimitsStorage;
   private limits: StoredLimits | undefined;
+  private copy: { limits: StoredLimits; at: number } | undefined;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -37,8 +45,41 @@ export class LimitsStore extends DurableObject<Env> {
     const next = applyPatch(current.limits, change);
     const now = Date.now();
     this.store.write({ value: JSON.stringify(next), updatedAt: now });
-    this.limits = { limits: next, updatedAt: new Date(now).toISOString() };
-    return this.limits;
+    const stored = { limits: next, updatedAt: new Date(now).toISOString() };
+    this.limits = stored;
+    await Promise.all(
+      allLimitsReplicas(this.env).map((replica) =>
+        // A copy that misses the push re-reads the store within REPLICA_TTL_MS.
+        replica.replicate(stored).catch((error: unknown) => log.warn('limits.replicate_failed', { error })),
+      ),
+    );
+    return stored;
+  }
+
+  /** As a copy: the limits, re-read from the store when the copy is over a second old. */
+  async replicaLimits(): Promise<StoredLimits> {
+    const now = Date.now();
+    if (this.copy && now - this.copy.at < REPLICA_TTL_MS) {
+      return this.copy.limits;
+    }
+    try {
+      const limits = await limitsStore(this.env).getLimits();
+      this.copy = { limits, at: Date.now() };
+      return limits;
+    } catch (error) {
+      if (!this.copy) {
+        throw error;
+      }
+      // The store is unreachable: the last copy serves, and is asked about again shortly.
+      log.warn('limits.replica_refresh_failed', { error });
+      this.copy = { limits: this.copy.limits, at: now - REPLICA_TTL_MS + 200 };
+      return this.copy.limits;
+    }
+  }
+
+  /** As a copy: takes a change the store pushed. */
+  async replicate(limits: StoredLimits): Promise<void> {
+    this.copy = { limits, at: Date.now() };
   }
 
   /**

@@ -7,9 +7,9 @@ const SERIES_RETENTION_MS = 7 * 24 * 3600_000;
 const PRUNE_INTERVAL_MS = 3600_000;
 
 /**
- * The totals of every counter and histogram across all isolates. Each isolate ships its
- * deltas here at most about once a second; the metrics route reads the sums. One object is
- * plenty: it takes one small write per isolate per second, not one per request.
+ * One shard of the counter and histogram totals (see metricsShard in ../routing). Each isolate
+ * ships its deltas to one shard at most about once a second; the metrics route sums the
+ * shards, so each shard hears from a slice of the fleet, not all of it.
  */
 export class Metrics extends DurableObject<Env> {
   private readonly store: MetricsStorage;

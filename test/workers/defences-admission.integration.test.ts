@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { TokenBucket } from '../../durable-objects/admission-gate/bucket';
 import { enterInFlight } from '../../workers/edge/admission';
 import { SOLD_OUT_TRUST_MS } from '../../workers/edge/sold-out';
+import { TokenBucket } from '../../workers/kernel/token-bucket';
 import {
   ADMIN,
   bearer,

@@ -1,7 +1,4 @@
 import { describe, expect, it } from 'vitest';
-import { TokenBucket } from '../../durable-objects/admission-gate/bucket';
-import { GuardBook } from '../../durable-objects/edge-guard/rules';
-import { SlidingLog, WindowCounter } from '../../durable-objects/edge-guard/windows';
 import { applyPatch, readStoredLimits } from '../../durable-objects/limits-store/rules';
 import { clientIp, clientKeys, ipKey } from '../../workers/edge/client-guard';
 import {
@@ -15,8 +12,11 @@ import {
   soldOutNow,
 } from '../../workers/edge/sold-out';
 import type { AdmitKey } from '../../workers/kernel/contract';
+import { GuardBook } from '../../workers/kernel/guard-book';
 import { admissionRate, DEFAULT_LIMITS, LimitsPatch } from '../../workers/kernel/limits';
 import { leadingZeroBits, solvePow, verifyPow } from '../../workers/kernel/pow';
+import { TokenBucket } from '../../workers/kernel/token-bucket';
+import { SlidingLog, WindowCounter } from '../../workers/kernel/windows';
 
 const T0 = 1_700_000_000_000;
 

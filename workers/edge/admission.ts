@@ -3,39 +3,42 @@ import type { GoodsPlacement } from '../kernel/contract';
 import { AppError } from '../kernel/errors';
 import { log } from '../kernel/log';
 import { sleep } from '../kernel/sleep';
+import { TokenBucket } from '../kernel/token-bucket';
+import type { WaitUntil } from './group-commit';
+import { isolateId } from './isolate-id';
 
 // Admission control: each goods lets at most `rate` requests per second through to its stock
-// object, across every isolate. The goods' AdmissionGate object holds the bucket and
-// leases permits in small batches that are valid for LEASE_TTL_MS, so a busy isolate asks the
-// gate about ten times a second instead of once per request. Unused permits lapse: the gate
-// errs on the side of letting fewer through. A refused request is answered 503 BUSY at once.
+// object, across every isolate. The goods' AdmissionGate object splits the rate among the
+// isolates selling it, in proportion to the purchases each sees; each isolate admits its share
+// from a token bucket of its own and renews the share in the background every SHARE_RENEW_MS,
+// so a purchase waits on the gate only on an isolate's first contact with a goods (or after
+// its share lapsed), and the gate hears from each isolate every couple of seconds, not ten
+// times a second. A refused request is answered 503 BUSY at once.
 
-/** Permits leased to an isolate expire after this long. */
-export const LEASE_TTL_MS = 100;
-/** A request waits this long for a lease another request of the isolate is fetching. */
-const WAIT_FOR_LEASE_MS = 150;
+/** An isolate renews its share of a goods' rate this often, in the background. */
+export const SHARE_RENEW_MS = 2_000;
+/** A request waits this long for a share another request of the isolate is fetching. */
+const WAIT_FOR_SHARE_MS = 150;
 const POLL_MS = 2;
 
+type Share = { perSecond: number; rate: number; validUntil: number; renewAt: number };
+
 type Pool = {
-  permits: number;
-  validUntil: number;
-  /** The gate said it is empty until then: refuse locally without asking. */
-  emptyUntil: number;
-  leasing: boolean;
-  /** Requests that asked in the current lease period: the next lease asks for about as many. */
-  demand: number;
-  demandSince: number;
+  share: Share | undefined;
+  bucket: TokenBucket;
+  renewing: boolean;
+  /** Purchases that asked since `seenSince`: the demand the next renewal tells the gate. */
+  seen: number;
+  seenSince: number;
   inFlight: number;
-  /** The rate the pool last leased at; a change voids what the gate said about the old one. */
-  rate: number;
 };
 
 const pools = new Map<number, Pool>();
 
-function pool(goodsId: number, rate = -1): Pool {
+function pool(goodsId: number): Pool {
   let p = pools.get(goodsId);
   if (!p) {
-    p = { permits: 0, validUntil: 0, emptyUntil: 0, leasing: false, demand: 0, demandSince: 0, inFlight: 0, rate };
+    p = { share: undefined, bucket: new TokenBucket(), renewing: false, seen: 0, seenSince: Date.now(), inFlight: 0 };
     pools.set(goodsId, p);
   }
   return p;
@@ -45,70 +48,63 @@ function busy(retryAfterMs: number): AppError {
   return new AppError('BUSY', undefined, { 'retry-after': String(Math.max(1, Math.ceil(retryAfterMs / 1000))) });
 }
 
-function takeLocal(p: Pool, now: number): boolean {
-  if (p.permits > 0 && now < p.validUntil) {
-    p.permits--;
-    return true;
+const usable = (p: Pool, rate: number, now: number): Share | undefined =>
+  p.share && p.share.rate === rate && now < p.share.validUntil ? p.share : undefined;
+
+/** Asks the gate for this isolate's share of `rate`, telling it the purchases per second seen here. */
+async function renew(env: Env, p: Pool, goods: GoodsPlacement, rate: number): Promise<void> {
+  p.renewing = true;
+  const askedAt = Date.now();
+  const demand = p.seen / Math.max(0.5, (askedAt - p.seenSince) / 1000);
+  p.seen = 0;
+  p.seenSince = askedAt;
+  try {
+    const got = await admissionGate(env, goods).share(isolateId(), demand, rate);
+    const now = Date.now();
+    p.share = { perSecond: got.perSecond, rate, validUntil: now + got.validMs, renewAt: now + SHARE_RENEW_MS };
+  } catch (error) {
+    // No gate, no new share: the one in hand (if any) serves until it lapses; then BUSY.
+    log.warn('admission.gate_unavailable', { goodsId: goods.id, error });
+    if (p.share) {
+      p.share.renewAt = Date.now() + 100;
+    }
+  } finally {
+    p.renewing = false;
   }
-  return false;
 }
 
 /**
- * Waits for a permit to reach the goods' object, or throws 503 BUSY. Never waits on another
- * request's promise (workerd cancels such requests): a request that finds a lease in flight
- * polls the pool on its own timer.
+ * Takes a permit for a purchase to reach the goods' object, or throws 503 BUSY. With a share of
+ * the rate in hand it answers at once (renewing the share in the background when due). Never
+ * waits on another request's promise (workerd cancels such requests): a request that finds no
+ * share and one on its way polls the pool on its own timer.
  */
-export async function acquirePermit(env: Env, goods: GoodsPlacement, rate: number): Promise<void> {
-  const p = pool(goods.id, rate);
-  if (p.rate !== rate) {
-    p.rate = rate;
-    p.emptyUntil = 0;
+export async function acquirePermit(env: Env, goods: GoodsPlacement, rate: number, waitUntil?: WaitUntil): Promise<void> {
+  if (rate <= 0) {
+    throw busy(1000);
   }
+  const p = pool(goods.id);
+  p.seen++;
   const started = Date.now();
-  if (started - p.demandSince >= LEASE_TTL_MS) {
-    p.demand = 0;
-    p.demandSince = started;
-  }
-  p.demand++;
-  for (;;) {
-    const now = Date.now();
-    if (takeLocal(p, now)) {
-      return;
-    }
-    if (now < p.emptyUntil) {
-      throw busy(p.emptyUntil - now);
-    }
-    if (p.leasing && now - started < WAIT_FOR_LEASE_MS) {
+  let share = usable(p, rate, started);
+  while (!share) {
+    if (p.renewing && Date.now() - started < WAIT_FOR_SHARE_MS) {
       await sleep(POLL_MS);
-      continue;
-    }
-    await lease(env, p, goods, rate);
-    if (takeLocal(p, Date.now())) {
-      return;
-    }
-    throw busy(Math.max(0, p.emptyUntil - Date.now()));
-  }
-}
-
-async function lease(env: Env, p: Pool, goods: GoodsPlacement, rate: number): Promise<void> {
-  const want = Math.max(1, Math.min(Math.ceil(rate / 10), p.demand));
-  p.leasing = true;
-  try {
-    const got = await admissionGate(env, goods).lease(want, rate);
-    const now = Date.now();
-    if (got.granted > 0) {
-      // Permits still held from an earlier lease are kept until the new deadline too.
-      p.permits = (now < p.validUntil ? p.permits : 0) + got.granted;
-      p.validUntil = now + LEASE_TTL_MS;
     } else {
-      p.emptyUntil = now + Math.min(got.retryAfterMs, 1_000);
+      await renew(env, p, goods, rate);
+      if (!usable(p, rate, Date.now())) {
+        throw busy(100);
+      }
     }
-  } catch (error) {
-    // No gate, no admission: protect the stock object and tell the shopper to retry.
-    log.warn('admission.gate_unavailable', { goodsId: goods.id, error });
-    p.emptyUntil = Date.now() + 100;
-  } finally {
-    p.leasing = false;
+    share = usable(p, rate, Date.now());
+  }
+  const now = Date.now();
+  if (now >= share.renewAt && !p.renewing && waitUntil) {
+    waitUntil(renew(env, p, goods, rate));
+  }
+  const got = p.bucket.take(1, share.perSecond, now);
+  if (got.granted === 0) {
+    throw busy(got.retryAfterMs);
   }
 }
 

@@ -1,14 +1,14 @@
 import { z } from 'zod';
-import { guardShardByName, guardShardName } from '../../durable-objects/routing';
-import type { AdmitKey, AdmitVerdict, BanPolicy } from '../kernel/contract';
+import type { AdmitKey, BanPolicy } from '../kernel/contract';
 import { AppError } from '../kernel/errors';
 import type { Limits } from '../kernel/limits';
 import { log } from '../kernel/log';
-import { GroupCommit, type WaitUntil } from './group-commit';
+import type { WaitUntil } from './group-commit';
+import { limiter, scheduleGuardReport, spreadBans } from './guard-reports';
 
-// Per-IP and per-user limits and bans, decided exactly by the EdgeGuard shard that owns each
-// client key; this module is the edge's side: who the client is, a local memory of bans so a
-// banned client costs no object call, and the coarse Rate Limiting shield in front of it all.
+// Per-IP and per-user limits and bans at the edge: who the client is, the coarse Rate Limiting
+// shield in front of it all, and the exact limits and bans, decided by this isolate's limiter
+// (client-limiter.ts) and accounted fleet-wide by the EdgeGuard shards in the background.
 
 /** The sale routes the limits count separately per shopper (and together per address). */
 export type SaleAction = 'challenge' | 'token' | 'purchase';
@@ -21,10 +21,6 @@ const SALE_ACTIONS: readonly ClientAction[] = ['challenge', 'token', 'purchase']
 /** The shield binding's settings in wrangler.toml ([[ratelimits]] IP_SHIELD): 1000 per 10 s. */
 export const SHIELD_LIMIT = 1_000;
 export const SHIELD_PERIOD_SECONDS = 10;
-
-/** How long an isolate answers BANNED on its own before asking the shard again (an operator may lift a ban). */
-const LOCAL_BAN_TRUST_MS = 5_000;
-const LOCAL_BANS_MAX = 10_000;
 
 const Ip = z.union([z.ipv4(), z.ipv6()]);
 
@@ -79,45 +75,26 @@ export function clientKeys(ip: string | undefined, userId: string, action: Clien
   ];
 }
 
-const localBans = new Map<string, { until: number; trustUntil: number }>();
-
-/** Remembers a ban a guard shard reported, so this isolate refuses the client at once for a while. */
-export function rememberBan(id: string, until: number, now: number): void {
-  if (localBans.size >= LOCAL_BANS_MAX) {
-    for (const [key, ban] of localBans) {
-      if (ban.trustUntil <= now) {
-        localBans.delete(key);
-      }
-    }
-    if (localBans.size >= LOCAL_BANS_MAX) {
-      localBans.clear();
-    }
-  }
-  localBans.set(id, { until, trustUntil: Math.min(until, now + LOCAL_BAN_TRUST_MS) });
-}
-
 function bannedError(until: number, now: number): AppError {
   const seconds = Math.max(1, Math.ceil((until - now) / 1000));
   return new AppError('BANNED', `too many requests; blocked for ${seconds} s`, { 'retry-after': String(seconds) });
 }
 
-/** Refuses at once a client this isolate already knows to be banned. */
-export function checkLocalBans(ids: string[], now = Date.now()): void {
-  for (const id of ids) {
-    const ban = localBans.get(id);
-    if (!ban) {
-      continue;
-    }
-    if (ban.trustUntil > now) {
-      throw bannedError(ban.until, now);
-    }
-    localBans.delete(id);
+/**
+ * Refuses at once a client this isolate knows to be banned. An old ban is asked about in the
+ * background (an operator may have lifted it), so the next report goes out.
+ */
+export function checkLocalBans(env: Env, ids: string[], waitUntil: WaitUntil | undefined, now = Date.now()): void {
+  const ban = limiter.knownBan(ids, now);
+  if (ban) {
+    scheduleGuardReport(env, undefined, waitUntil, now);
+    throw bannedError(ban.until, now);
   }
 }
 
-/** Forgets a ban in this isolate (after an operator lifted it here). */
+/** Forgets a client in this isolate (after an operator lifted its ban here). */
 export function forgetLocalBan(id: string): void {
-  localBans.delete(id);
+  limiter.forget(id);
 }
 
 /**
@@ -148,65 +125,29 @@ export function banPolicy(limits: Limits): BanPolicy {
   return { threshold: limits.banThreshold, windowMs: limits.banWindowSeconds * 1000, durationMs: limits.banSeconds * 1000 };
 }
 
-/** A request's keys of one shard; the first of a batch is its sender's (its `env` makes the stub). */
-type AdmitCall = { env: Env; keys: AdmitKey[]; policy: BanPolicy };
-
-/** Concurrent admissions of this isolate go to their shard together (group commit). */
-const admissions = new GroupCommit<AdmitCall, AdmitVerdict>({
-  maxBatch: 256,
-  maxInFlight: 1,
-  // A limit check answers in milliseconds; one that takes a second is no use to the shopper.
-  waitLimitMs: 1_000,
-  send: (shard, calls) => {
-    const [first] = calls;
-    if (!first) {
-      return Promise.resolve([]);
-    }
-    return guardShardByName(first.env, shard).admitMany(calls.map(({ keys, policy }) => ({ keys, policy })));
-  },
-});
-
 /**
- * Admits one sale request of a client or throws the contract's answer: 403 BANNED or 429
- * RATE_LIMITED (both with Retry-After). The keys' shards are asked in parallel, so the check
- * costs one object round trip. When a shard cannot answer, the request is refused with BUSY
- * rather than let through unchecked.
+ * Admits one sale or order request of a client or throws the contract's answer: 403 BANNED or
+ * 429 RATE_LIMITED (both with Retry-After). Decided in the isolate, from its own exact windows
+ * and what the guard shards last told it (see client-limiter.ts), so an admitted request waits
+ * on no object; the accounting goes to the shards in the background. Only a request that sets
+ * off a new ban waits, to carry the ban to its shard.
  */
 export async function admitClient(env: Env, keys: AdmitKey[], limits: Limits, waitUntil?: WaitUntil, now = Date.now()): Promise<void> {
   checkLocalBans(
+    env,
     keys.map((k) => k.id),
+    waitUntil,
     now,
   );
   const policy = banPolicy(limits);
-  const groups = new Map<string, AdmitKey[]>();
-  for (const key of keys) {
-    const shard = guardShardName(key.id);
-    groups.set(shard, [...(groups.get(shard) ?? []), key]);
+  const { verdict, newBans } = limiter.admit(keys, policy, now);
+  scheduleGuardReport(env, policy, waitUntil, now);
+  if (verdict.ok) {
+    return;
   }
-  let verdicts: AdmitVerdict[];
-  try {
-    verdicts = await Promise.all(
-      [...groups].map(([shard, shardKeys]) => admissions.run(shard, { env, keys: shardKeys, policy }, waitUntil)),
-    );
-  } catch (error) {
-    log.warn('guard.unavailable', { error });
-    throw new AppError('BUSY', undefined, { 'retry-after': '1' });
+  if (verdict.reason === 'BANNED') {
+    await spreadBans(env, newBans, policy);
+    throw bannedError(now + verdict.retryAfterMs, now);
   }
-  const answeredAt = Date.now();
-  let limited: { retryAfterMs: number } | undefined;
-  for (const v of verdicts) {
-    if (v.ok) {
-      continue;
-    }
-    if (v.reason === 'BANNED') {
-      rememberBan(v.id, answeredAt + v.retryAfterMs, answeredAt);
-      throw bannedError(answeredAt + v.retryAfterMs, answeredAt);
-    }
-    if (!limited || v.retryAfterMs > limited.retryAfterMs) {
-      limited = v;
-    }
-  }
-  if (limited) {
-    throw new AppError('RATE_LIMITED', undefined, { 'retry-after': String(Math.max(1, Math.ceil(limited.retryAfterMs / 1000))) });
-  }
+  throw new AppError('RATE_LIMITED', undefined, { 'retry-after': String(Math.max(1, Math.ceil(verdict.retryAfterMs / 1000))) });
 }

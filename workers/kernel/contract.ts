@@ -203,6 +203,21 @@ export type AnsweredCount = { id: string; hits: number };
 /** A ban in force for a client key, as a guard shard reports it back. */
 export type KnownBan = { id: string; retryAfterMs: number };
 
+/** One rate window of a key as an isolate saw it since its last report: requests, and the times of those it admitted. */
+export type WindowReport = { scope: string; perSecond: number; seen: number; admitted: number[] };
+/**
+ * What an isolate tells a key's guard shard in the background: requests counted toward a ban,
+ * its rate windows, a ban it decided itself (`bannedUntil`), or `check`: it refuses the key on a
+ * ban it heard of a while ago and asks whether it still holds.
+ */
+export type KeyReport = { id: string; hits: number; windows: WindowReport[]; bannedUntil?: number; check?: boolean };
+/** One isolate's accounting for one guard shard. */
+export type GuardReport = { isolate: string; policy: BanPolicy; keys: KeyReport[] };
+/** The isolate's share of a window's limit across the isolates that see the key, and how long the window is full fleet-wide. */
+export type WindowShare = { id: string; scope: string; perSecond: number; limit: number; blockedMs: number };
+/** A guard shard's answer to a report: bans in force, bans checked and no longer in force, window shares. */
+export type GuardReply = { bans: KnownBan[]; lifted: string[]; shares: WindowShare[] };
+
 /** The runtime limits as the limits store answers them. */
 export type StoredLimits = { limits: Limits; updatedAt: string | null };
 export type BanView = { id: string; until: string; createdAt: string };
@@ -210,6 +225,8 @@ export type BanView = { id: string; until: string; createdAt: string };
 export type LegacyLimits = { value: string; updatedAt: number };
 /** Admission permits leased to an isolate, or how long until the gate has some. */
 export type Lease = { granted: number; retryAfterMs: number };
+/** An isolate's share of a goods' admission rate, for `validMs` (it renews sooner, in the background). */
+export type RateShare = { perSecond: number; validMs: number };
 
 /** Where a goods' stock object may be placed (Cloudflare's Durable Object location hints). */
 export const LOCATION_HINTS = ['wnam', 'enam', 'sam', 'weur', 'eeur', 'apac', 'oc', 'afr', 'me'] as const;

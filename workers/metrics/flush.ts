@@ -1,7 +1,7 @@
-import { metricsHub } from '../../durable-objects/routing';
+import { allMetricsShards, METRICS_SHARDS, metricsShard } from '../../durable-objects/routing';
 import { log } from '../kernel/log';
 import { sleep } from '../kernel/sleep';
-import { hasPending, type MetricsDelta, restoreDelta, takeDelta } from './registry';
+import { hasPending, type MetricsDelta, mergeDeltas, restoreDelta, takeDelta } from './registry';
 
 /** An isolate ships its deltas at most this often (plus once per scrape). */
 export const FLUSH_INTERVAL_MS = 1_000;
@@ -10,6 +10,8 @@ let lastFlushAt = 0;
 /** When the pending delayed flush was scheduled (0: none). */
 let delayedSince = 0;
 let inFlight = 0;
+/** This isolate's metrics shard, drawn at its first flush (random values are not allowed at module scope): isolates spread evenly over the shards. */
+let shard: number | undefined;
 
 /** Ships this isolate's pending deltas now. A failed send puts them back for the next try. */
 export async function flushMetrics(env: Env): Promise<void> {
@@ -24,7 +26,8 @@ export async function flushMetrics(env: Env): Promise<void> {
 async function send(env: Env, delta: MetricsDelta): Promise<void> {
   inFlight++;
   try {
-    await metricsHub(env).add(delta);
+    shard ??= (crypto.getRandomValues(new Uint32Array(1))[0] ?? 0) % METRICS_SHARDS;
+    await metricsShard(env, shard).add(delta);
   } catch (error) {
     restoreDelta(delta);
     log.warn('metrics.flush_failed', { error });
@@ -70,4 +73,9 @@ export async function flushBeforeRead(env: Env, maxWaitMs = 1_000): Promise<void
     await sleep(5);
   }
   await flushMetrics(env);
+}
+
+/** The totals of every isolate: each metrics shard's, summed. */
+export async function metricsTotals(env: Env): Promise<MetricsDelta> {
+  return mergeDeltas(await Promise.all(allMetricsShards(env).map((s) => s.totals())));
 }

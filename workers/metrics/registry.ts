@@ -1,7 +1,7 @@
 import { type CounterLabels, type CounterName, HISTOGRAMS, type HistogramLabels, type HistogramName } from './catalog';
 
 // Per-isolate accumulation of counters and histograms. Nothing here is durable: deltas are
-// taken and shipped to the Metrics object (flush.ts), which holds the totals of all isolates.
+// taken and shipped to this isolate's Metrics shard (flush.ts); a scrape sums the shards.
 
 export type Labels = Record<string, string>;
 export type CounterDelta = { name: string; labels: Labels; value: number };
@@ -74,6 +74,35 @@ export function takeDelta(): MetricsDelta | undefined {
   counters.clear();
   histograms.clear();
   return delta;
+}
+
+/** The sum of several deltas (the totals of every metrics shard), series by series. */
+export function mergeDeltas(deltas: readonly MetricsDelta[]): MetricsDelta {
+  const sums = { counters: new Map<string, CounterDelta>(), histograms: new Map<string, HistogramDelta>() };
+  for (const d of deltas) {
+    for (const c of d.counters) {
+      const key = seriesKey(c.name, c.labels);
+      const had = sums.counters.get(key);
+      sums.counters.set(key, had ? { ...had, value: had.value + c.value } : c);
+    }
+    for (const h of d.histograms) {
+      const key = seriesKey(h.name, h.labels);
+      const had = sums.histograms.get(key);
+      // Shards written by builds with other buckets: keep the series with more observations.
+      if (!had || had.counts.length !== h.counts.length) {
+        sums.histograms.set(key, !had || h.count > had.count ? h : had);
+        continue;
+      }
+      sums.histograms.set(key, {
+        ...had,
+        counts: had.counts.map((n, i) => n + (h.counts[i] ?? 0)),
+        sum: had.sum + h.sum,
+        count: had.count + h.count,
+      });
+    }
+  }
+  const byKey = <T>(m: Map<string, T>) => [...m].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, v]) => v);
+  return { counters: byKey(sums.counters), histograms: byKey(sums.histograms) };
 }
 
 /** Puts back a delta that could not be shipped, so no count is lost. */

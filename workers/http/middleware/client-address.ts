@@ -1,6 +1,6 @@
 import { createMiddleware } from 'hono/factory';
 import { checkLocalBans, clientIp, ipKey } from '../../edge/client-guard';
-import type { AppEnv } from '../context';
+import { type AppEnv, waitUntilOf } from '../context';
 
 /**
  * In front of every shopper route: the client address from `cf-connecting-ip` (a malformed one
@@ -10,7 +10,7 @@ export const clientAddress = createMiddleware<AppEnv>(async function clientAddre
   const ip = clientIp(c.req.header('cf-connecting-ip'));
   c.set('clientIp', ip);
   if (ip) {
-    checkLocalBans([ipKey(ip)]);
+    checkLocalBans(c.env, [ipKey(ip)], waitUntilOf(c));
   }
   await next();
 });

@@ -1,12 +1,11 @@
 import { Hono } from 'hono';
 import { dbOptions, withDb } from '../../../db/client';
-import { metricsHub } from '../../../durable-objects/routing';
 import { reconcile } from '../../cron/reconcile';
 import { collectGauges, gaugesUp } from '../../edge/gauges';
 import { ReconcileQuery } from '../../kernel/contract';
 import { AppError } from '../../kernel/errors';
 import { log } from '../../kernel/log';
-import { flushBeforeRead } from '../../metrics/flush';
+import { flushBeforeRead, metricsTotals } from '../../metrics/flush';
 import { PROMETHEUS_CONTENT_TYPE, renderPrometheus } from '../../metrics/prometheus';
 import type { AppEnv } from '../context';
 import { valid } from '../middleware/validate';
@@ -30,7 +29,7 @@ export const adminOps = new Hono<AppEnv>()
     await flushBeforeRead(c.env);
     const now = Date.now();
     const [totals, gauges] = await Promise.all([
-      metricsHub(c.env).totals(),
+      metricsTotals(c.env),
       withDb(dbOptions(c.var.config, 1), (db) => collectGauges(c.env, c.var.config, db, now))
         .then((families) => [...families, gaugesUp(true)])
         .catch((error: unknown) => {

@@ -139,7 +139,7 @@ const inFlightCap = step(async function inFlightCap(c, next) {
 const admission = step(async function admission(c, next) {
   const { goods, limits } = c.var;
   try {
-    await acquirePermit(c.env, goods, admissionRate(limits, goods.id));
+    await acquirePermit(c.env, goods, admissionRate(limits, goods.id), waitUntilOf(c));
   } catch (error) {
     throw busy(c.var.traceId, c.var.purchaseId, goods.id, error);
   }

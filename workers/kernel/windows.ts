@@ -41,6 +41,19 @@ export class SlidingLog {
     this.times.push(now);
   }
 
+  /** Adds events reported late (another isolate's), keeping the log in time order. */
+  addMany(times: readonly number[]): void {
+    if (times.length === 0) {
+      return;
+    }
+    const live = this.times.slice(this.head);
+    const last = live[live.length - 1];
+    const sorted = [...times].sort((a, b) => a - b);
+    const first = sorted[0] ?? 0;
+    this.times = last === undefined || first >= last ? [...live, ...sorted] : [...live, ...sorted].sort((a, b) => a - b);
+    this.head = 0;
+  }
+
   /** True when nothing within the window remains (the key can be forgotten). */
   idle(now: number, windowMs: number): boolean {
     return this.count(now, windowMs) === 0;

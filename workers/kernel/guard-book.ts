@@ -1,19 +1,26 @@
-import type { AdmitKey, AdmitVerdict, BanPolicy } from '../../workers/kernel/contract';
+import type { AdmitKey, AdmitVerdict, BanPolicy } from './contract';
 import { SlidingLog, WindowCounter } from './windows';
 
-// The per-client rules an EdgeGuard shard applies: bans first, then the ban counter, then the
-// exact per-second limits. Plain state and plain functions; the object only persists bans.
+// The per-client rules: bans first, then the ban counter, then the exact per-second limits.
+// Each isolate applies them to what it sees (workers/edge/client-limiter.ts), and folds in what
+// the guard shards learn from every isolate: a share of each limit and when a window is full.
+// Plain state and plain functions; callers persist and spread bans.
 
 export type NewBan = { id: string; until: number };
 
+/** What the fleet knows about one rate window of a key: this isolate's share of its limit, and how long it is full. */
+export type RemoteWindow = (key: AdmitKey, now: number) => { perSecond: number; blockedMs: number } | undefined;
+
+/** Each rate window spans one second. */
+export const RATE_WINDOW_MS = 1_000;
+
 type Entry = { hits: WindowCounter; logs: Map<string, SlidingLog>; seen: number };
 
-const RATE_WINDOW_MS = 1_000;
 /** Forget idle clients every so often; with many clients, sooner. */
 const SWEEP_EVERY_MS = 10_000;
 const SWEEP_ABOVE_ENTRIES = 50_000;
 
-/** The in-memory book of one shard: what each client did recently. */
+/** The in-memory book of an isolate (or a shard of an older build): what each client did recently. */
 export class GuardBook {
   private readonly entries = new Map<string, Entry>();
   private sweptAt = 0;
@@ -22,9 +29,16 @@ export class GuardBook {
   /**
    * Decides one request for all of its keys at once: a banned key refuses it; a key crossing the
    * ban threshold is banned (returned in `newBans` for the caller to persist); a key at its
-   * per-second limit refuses it; otherwise every key records it.
+   * per-second limit refuses it (or its share of it, and a window the fleet has filled, when
+   * `remote` knows them); otherwise every key records it.
    */
-  admit(keys: AdmitKey[], policy: BanPolicy, bans: ReadonlyMap<string, number>, now: number): { verdict: AdmitVerdict; newBans: NewBan[] } {
+  admit(
+    keys: AdmitKey[],
+    policy: BanPolicy,
+    bans: ReadonlyMap<string, number>,
+    now: number,
+    remote?: RemoteWindow,
+  ): { verdict: AdmitVerdict; newBans: NewBan[] } {
     this.policyWindowMs = policy.windowMs;
     this.sweep(now);
     const ids = [...new Set(keys.map((k) => k.id))];
@@ -50,7 +64,8 @@ export class GuardBook {
     }
     let worst: { id: string; wait: number } | undefined;
     for (const key of keys) {
-      const wait = this.log(key, now).waitMs(now, RATE_WINDOW_MS, key.perSecond);
+      const fleet = remote?.(key, now);
+      const wait = Math.max(this.log(key, now).waitMs(now, RATE_WINDOW_MS, fleet?.perSecond ?? key.perSecond), fleet?.blockedMs ?? 0);
       if (wait > 0 && (!worst || wait > worst.wait)) {
         worst = { id: key.id, wait };
       }

@@ -1,4 +1,4 @@
-// The admission gate's counting structure. Pure and clock-free (callers pass `now`).
+// A token bucket: the admission gate's (across isolates) and each isolate's share of it. Pure and clock-free (callers pass `now`).
 
 /**
  * The admission gate's bucket: `rate` permits per second, holding at most a tenth of a second's

@@ -1,0 +1,36 @@
+import { env } from 'cloudflare:workers';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { LIMITS_REPLICAS, limitsReplica, limitsStore } from '../../durable-objects/routing';
+import { DEFAULT_LIMITS } from '../../workers/kernel/limits';
+import { setLimits } from './helpers';
+
+// The isolates read the runtime limits from LIMITS_REPLICAS copies, not from the store: the
+// store pushes every change to each copy, and a copy that missed a push re-reads the store
+// within a second.
+
+afterEach(async () => {
+  vi.useRealTimers();
+  const { admissionByGoods: _, ...defaults } = DEFAULT_LIMITS;
+  await setLimits(defaults);
+});
+
+describe('limits copies', () => {
+  it('every copy has a change as soon as the store has it', async () => {
+    await setLimits({ perIpPerSecond: 33 });
+    const copies = await Promise.all(Array.from({ length: LIMITS_REPLICAS }, (_, i) => limitsReplica(env, i).replicaLimits()));
+    expect(copies.map((c) => c.limits.perIpPerSecond)).toEqual(Array(LIMITS_REPLICAS).fill(33));
+  });
+
+  it('a copy that missed a push serves what it has for at most a second, then re-reads the store', async () => {
+    const now = Date.now();
+    vi.useFakeTimers({ toFake: ['Date'], now });
+    await limitsStore(env).setLimits({ perUserPerSecond: 7 });
+    const stale = await limitsStore(env).getLimits();
+    await limitsStore(env).setLimits({ perUserPerSecond: 8 });
+    // Copy 5 missed the second push (it holds the first).
+    await limitsReplica(env, 5).replicate(stale);
+    expect((await limitsReplica(env, 5).replicaLimits()).limits.perUserPerSecond).toBe(7);
+    vi.setSystemTime(now + 1_000);
+    expect((await limitsReplica(env, 5).replicaLimits()).limits.perUserPerSecond).toBe(8);
+  });
+});

@@ -1,0 +1,160 @@
+import { guardShardByName, guardShardName } from '../../durable-objects/routing';
+import type { BanPolicy, KeyReport } from '../kernel/contract';
+import type { NewBan } from '../kernel/guard-book';
+import { log } from '../kernel/log';
+import { sleep } from '../kernel/sleep';
+import { ClientLimiter } from './client-limiter';
+import type { WaitUntil } from './group-commit';
+
+// The isolate's limiter, and its accounting sent to the guard shards in the background: at most
+// one report round per REPORT_INTERVAL_MS per isolate, kept alive with waitUntil, of at most
+// CALLS_PER_ROUND calls (one per shard). A busy isolate has keys on every shard; the shards with
+// the busiest keys go first and the rest wait a round or a few (their keys keep counting), so
+// the accounting costs the isolate and each shard a bounded number of calls. Nothing here is on
+// a shopper's wait except a new ban, which the refused request carries to its shard so the ban
+// is listed and spreads at once.
+
+/** An isolate reports its accounting at most this often. */
+export const REPORT_INTERVAL_MS = 500;
+/** Calls one report round makes at most. */
+export const CALLS_PER_ROUND = 16;
+/** A shard's keys wait at most this many rounds behind busier ones. */
+const MAX_WAIT_ROUNDS = 8;
+/** Keys waiting for their round, at most; beyond, the quietest shards' accounting is dropped. */
+const MAX_WAITING_KEYS = 20_000;
+
+type Waiting = { keys: KeyReport[]; rounds: number };
+
+/** How soon a shard's batch must go: bans and checks first, then long waits, then the busiest key. */
+function urgency(batch: Waiting): number {
+  let hits = 0;
+  for (const key of batch.keys) {
+    if (key.bannedUntil !== undefined || key.check) {
+      return Number.POSITIVE_INFINITY;
+    }
+    hits = Math.max(hits, key.hits);
+  }
+  return batch.rounds >= MAX_WAIT_ROUNDS ? Number.MAX_SAFE_INTEGER : hits;
+}
+
+/**
+ * One report round: adds `keys` to what waits per shard, and takes the `maxCalls` most urgent
+ * shards' batches to send now; the others wait a round more. Pure (the shard of a key is given).
+ */
+export function planRound(
+  waiting: Map<string, Waiting>,
+  keys: readonly KeyReport[],
+  shardOf: (id: string) => string,
+  maxCalls: number,
+): [string, KeyReport[]][] {
+  for (const key of keys) {
+    const shard = shardOf(key.id);
+    const batch = waiting.get(shard);
+    if (batch) {
+      batch.keys.push(key);
+    } else {
+      waiting.set(shard, { keys: [key], rounds: 0 });
+    }
+  }
+  const ranked = [...waiting].map(([shard, batch]) => ({ shard, batch, urgency: urgency(batch) })).sort((a, b) => b.urgency - a.urgency);
+  const now = ranked.slice(0, maxCalls);
+  for (const { shard } of now) {
+    waiting.delete(shard);
+  }
+  let kept = 0;
+  for (const { shard, batch } of ranked.slice(maxCalls)) {
+    batch.rounds++;
+    kept += batch.keys.length;
+    if (kept > MAX_WAITING_KEYS) {
+      waiting.delete(shard);
+    }
+  }
+  return now.map(({ shard, batch }) => [shard, batch.keys]);
+}
+
+const waiting = new Map<string, Waiting>();
+
+/** This isolate's limiter (module scope: it lives as long as the isolate). */
+export const limiter = new ClientLimiter();
+
+let lastReportAt = 0;
+/** When the pending delayed report was scheduled (0: none). */
+let delayedSince = 0;
+let policy: BanPolicy | undefined;
+
+/** Makes sure this isolate's accounting goes out soon (under the ban rule `used`, or the last one); never waits on it. */
+export function scheduleGuardReport(env: Env, used: BanPolicy | undefined, waitUntil: WaitUntil | undefined, now = Date.now()): void {
+  policy = used ?? policy;
+  // Without an execution context (a direct app.request() call) nothing could keep a report alive.
+  if (!waitUntil) {
+    return;
+  }
+  const wait = lastReportAt + REPORT_INTERVAL_MS - now;
+  if (wait <= 0) {
+    lastReportAt = now;
+    waitUntil(sendReport(env));
+    return;
+  }
+  // A delayed report whose invocation was torn down never clears the mark; stop trusting it.
+  if (delayedSince > now - 5 * REPORT_INTERVAL_MS) {
+    return;
+  }
+  delayedSince = now;
+  waitUntil(
+    sleep(wait).then(() => {
+      delayedSince = 0;
+      lastReportAt = Date.now();
+      return sendReport(env);
+    }),
+  );
+}
+
+/** Sends what was accounted to each key's shard and folds the answers in. */
+async function sendReport(env: Env): Promise<void> {
+  const used = policy;
+  if (!used) {
+    return;
+  }
+  const round = planRound(waiting, limiter.takeReport() ?? [], guardShardName, CALLS_PER_ROUND);
+  await send(env, round, used);
+  if (waiting.size > 0) {
+    // Shards still waiting: the next round comes whether or not requests arrive to schedule it.
+    delayedSince = Date.now();
+    await sleep(REPORT_INTERVAL_MS);
+    delayedSince = 0;
+    lastReportAt = Date.now();
+    await sendReport(env);
+  }
+}
+
+async function send(env: Env, batches: [string, KeyReport[]][], used: BanPolicy): Promise<void> {
+  await Promise.all(
+    batches.map(async ([shard, batch]) => {
+      const sentAt = Date.now();
+      try {
+        const reply = await guardShardByName(env, shard).account({ isolate: limiter.isolate, policy: used, keys: batch });
+        limiter.applyReply(reply, Date.now(), sentAt);
+      } catch (error) {
+        // Accounting only: this isolate's own windows still hold; the fleet's view is a round late.
+        log.warn('guard.report_failed', { shard, keys: batch.length, error });
+      }
+    }),
+  );
+}
+
+/**
+ * Carries bans this isolate just decided to their shards (awaited by the refused request, so an
+ * operator lists them and other isolates learn them from their next report). A shard that cannot
+ * be reached is logged: this isolate enforces the ban regardless.
+ */
+export async function spreadBans(env: Env, bans: readonly NewBan[], used: BanPolicy): Promise<void> {
+  if (bans.length === 0) {
+    return;
+  }
+  const byShard = new Map<string, KeyReport[]>();
+  for (const b of bans) {
+    const shard = guardShardName(b.id);
+    byShard.set(shard, [...(byShard.get(shard) ?? []), { id: b.id, hits: 0, windows: [], bannedUntil: b.until }]);
+  }
+  await send(env, [...byShard], used);
+}
