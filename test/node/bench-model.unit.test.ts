@@ -17,12 +17,12 @@ describe('the capacity model', () => {
     LimitsStore: { calls: 2, items: 2 },
   };
 
-  it('counts production calls one per request, a lease at least once per purchase, timers not at all', () => {
+  it('counts production calls one per request each call carried, timers not at all', () => {
     const inputs = modelInputs(calls, 1_000, { GoodsStock: 50 });
     const of = (cls: string) => inputs.find((i) => i.cls === cls);
     expect(of('GoodsStock')).toEqual({ cls: 'GoodsStock', callsPerPurchase: 0.1, requestsPerPurchase: 1, cpuMsPerCall: 0.5 });
     expect(of('EdgeGuard')).toMatchObject({ callsPerPurchase: 0.4, requestsPerPurchase: 2, cpuMsPerCall: null });
-    expect(of('AdmissionGate')).toMatchObject({ callsPerPurchase: 0.05, requestsPerPurchase: 1 });
+    expect(of('AdmissionGate')).toMatchObject({ callsPerPurchase: 0.05, requestsPerPurchase: 0 });
     expect(of('LimitsStore')).toMatchObject({ callsPerPurchase: 0.002, requestsPerPurchase: 0 });
   });
 
@@ -32,9 +32,9 @@ describe('the capacity model', () => {
     // One shard: the stock object takes one call per purchase in production, ten per hundred as measured.
     expect(at(1)?.production).toEqual({ purchasesPerSec: 1_000, limitedBy: 'GoodsStock' });
     expect(at(1)?.measured).toEqual({ purchasesPerSec: 10_000, limitedBy: 'GoodsStock' });
-    // More shards: the one admission gate of the goods is what runs out.
-    expect(at(16)?.production).toEqual({ purchasesPerSec: 1_000, limitedBy: 'AdmissionGate' });
-    expect(at(16)?.perObjectAtTarget).toMatchObject({ GoodsStock: 625, EdgeGuard: 1_250, AdmissionGate: 10_000 });
+    // More shards lift the stock ceiling; the 128 guard shards (two requests per purchase) stay above it.
+    expect(at(16)?.production).toEqual({ purchasesPerSec: 16_000, limitedBy: 'GoodsStock' });
+    expect(at(16)?.perObjectAtTarget).toMatchObject({ GoodsStock: 625, EdgeGuard: 156.3, AdmissionGate: 0 });
     expect(model.scenarios.map((s) => s.shards)).toEqual([1, 8, 16, 64]);
     expect(objectsPerGoods('WaitingRoom', 8)).toBe(32);
   });

@@ -12,7 +12,7 @@ export const MODEL_SHARDS = [1, 8, 16, 64] as const;
 export const TARGET_PURCHASES_PER_SEC = 10_000;
 export const HOT_OBJECT_PER_SEC = 500;
 /** Objects of the fixed-size classes (durable-objects/routing.ts GUARD_SHARDS, kernel ROOM_SHARDS). */
-const GUARD_SHARDS = 16;
+const GUARD_SHARDS = 128;
 const ROOM_SHARDS = 32;
 
 /** How many objects of a class one goods' purchases spread over, with `shards` stock shards. */
@@ -55,23 +55,19 @@ export type CapacityModel = {
 };
 
 /**
- * Classes an isolate calls on a timer, not per purchase (the limits every 2 s, the metrics
- * flush): their calls grow with isolates and time, so the production count leaves them out.
+ * Classes an isolate calls on a timer, not per purchase (the limits copy every second or two,
+ * the metrics flush, the admission share renewed every 2 s in the background): their calls
+ * grow with isolates and time, not with purchases, so the production count leaves them out;
+ * docs/performance.md ("Object calls at fleet scale") gives what each object takes per isolate.
  */
-export const PERIODIC_CLASSES = new Set(['LimitsStore', 'Metrics']);
-/**
- * Classes an isolate calls for a lease that serves its requests for a while (the admission
- * gate, 100 ms): one call per request at worst, when each isolate sees fewer requests than that.
- */
-export const LEASED_CLASSES = new Set(['AdmissionGate']);
+export const PERIODIC_CLASSES = new Set(['LimitsStore', 'Metrics', 'AdmissionGate']);
 
-/** Calls per purchase in production: one per request; at least one per purchase for leases; none for timers. */
+/** Calls per purchase in production: one per request each call carried; none for timers. */
 function productionCalls(cls: string, items: number, purchases: number): number {
   if (PERIODIC_CLASSES.has(cls) || purchases <= 0) {
     return 0;
   }
-  const perPurchase = items / purchases;
-  return round(LEASED_CLASSES.has(cls) ? Math.max(perPurchase, 1) : perPurchase, 4);
+  return round(items / purchases, 4);
 }
 
 /** The model's inputs from one stretch of counted calls. */
