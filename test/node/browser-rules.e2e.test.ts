@@ -4,7 +4,7 @@
 import { existsSync } from 'node:fs';
 import type { Page } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
-import { allowShoppers, askToken, createGoods, statsWhen } from './browser-api';
+import { allowShoppers, askToken, buyViaApi, createGoods, statsWhen } from './browser-api';
 import { answerCaptcha, browserSuite, signIn, text, WAIT } from './browser-page';
 import { CHROMIUM, type Stack, screenshot } from './browser-stack';
 
@@ -70,6 +70,43 @@ describe.skipIf(!HAVE_CHROMIUM)('the sale rules in Chromium', () => {
     const after = await statsWhen(stack, sale.goodsId, (s) => expect(s.orders.PENDING_PAYMENT).toBe(3));
     expect(after.doRemaining).toBe(7);
     expect(after.consistent).toBe(true);
+  });
+
+  it('a quantity above what is left is refused whole, the page says how many are left and offers no more', async () => {
+    const sale = await createGoods(stack, { title: 'Pressed vinyl, first run', stock: 3, perUserLimit: 3 });
+    const page = await pages.open();
+    await page.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await signIn(page, 'tess');
+    await expect.poll(() => choices(page), WAIT).toEqual(['1', '2', '3']);
+    await page.locator('#quantity').selectOption('3');
+    await answerCaptcha(page);
+
+    // The page's stock reads are held back (a slow network), so it still offers 3 when
+    // another shopper takes one unit.
+    let release = () => {};
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    await page.route(`${stack.baseUrl}/api/seckill/goods/${sale.goodsId}`, async (route) => {
+      await gate;
+      await route.continue();
+    });
+    await buyViaApi(stack, 'uma', sale.goodsId);
+    const answers: number[] = [];
+    page.on('response', (res) => {
+      if (res.url().includes('/api/seckill/do/')) {
+        answers.push(res.status());
+      }
+    });
+    await page.locator('#buy').click();
+    await expect.poll(() => text(page, '#alert'), WAIT).toBe('Only 2 left: pick 2 or fewer.');
+    expect(answers).toEqual([410]);
+    // Refused whole, not sold out: the sale stays on and the picker comes down to what is left.
+    expect(await text(page, '#goods-badge')).toBe('On sale');
+    release();
+    await expect.poll(() => choices(page), WAIT).toEqual(['1', '2']);
+    const after = await statsWhen(stack, sale.goodsId, (s) => expect(s.orders.PENDING_PAYMENT).toBe(1));
+    expect(after.doRemaining).toBe(2);
   });
 
   it('an allowlist sale tells an outsider before it starts and keeps them out; a listed shopper buys', async () => {

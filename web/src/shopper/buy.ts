@@ -326,6 +326,7 @@ export class BuyFlow {
     if (fail.code === 'SOLD_OUT' && fail.remaining) {
       // Fewer units left than asked for: refused whole, the rest is still on sale.
       this.alert('reasonSOLD_OUT_LEFT', { n: fail.remaining });
+      void this.view.refresh();
       return;
     }
     if (fail.code === 'SOLD_OUT') {
