@@ -42,6 +42,8 @@ export async function createGoods(
     priceCents?: number;
     imageUrl?: string;
     queue?: { mode: 'off' | 'auto' | 'always'; admitPerSecond?: number; preQueueSeconds?: number };
+    perUserLimit?: number;
+    eligibility?: 'open' | 'allowlist';
   } = {},
 ): Promise<GoodsView> {
   const now = Date.now();
@@ -57,6 +59,8 @@ export async function createGoods(
       endAt: options.endAt ?? now + 3600_000,
       ...(options.imageUrl ? { imageUrl: options.imageUrl } : {}),
       ...(options.queue ? { queue: options.queue } : {}),
+      ...(options.perUserLimit ? { perUserLimit: options.perUserLimit } : {}),
+      ...(options.eligibility ? { eligibility: options.eligibility } : {}),
     },
   });
   expect(res.status, JSON.stringify(res.body)).toBe(201);
@@ -69,20 +73,25 @@ export async function devToken(stack: Stack, userId: string): Promise<string> {
   return res.body.token;
 }
 
-/** Buys one unit as `userId` through the API and waits for the order: another shopper, off-screen. */
-export async function buyViaApi(stack: Stack, userId: string, goodsId: number): Promise<{ orderId: string }> {
-  const jwt = await devToken(stack, userId);
+/** Answers a goods' challenge as the shopper `jwt` and asks for a purchase token: the token route's answer. */
+async function takeToken(stack: Stack, jwt: string, goodsId: number) {
   const challenge = await call<{ challengeId: string; prompt: string }>(stack, `/api/seckill/goods/${goodsId}/challenge`, {
     method: 'POST',
     auth: jwt,
   });
   expect(challenge.status).toBe(200);
   const [a = 0, b = 0] = challenge.body.prompt.match(/\d+/g)?.map(Number) ?? [];
-  const ticket = await call<{ token: string; path: string }>(stack, `/api/seckill/goods/${goodsId}/token`, {
+  return call<{ token: string; path: string; error?: { code: string } }>(stack, `/api/seckill/goods/${goodsId}/token`, {
     method: 'POST',
     auth: jwt,
     json: { challengeId: challenge.body.challengeId, answer: String(a + b) },
   });
+}
+
+/** Buys one unit as `userId` through the API and waits for the order: another shopper, off-screen. */
+export async function buyViaApi(stack: Stack, userId: string, goodsId: number): Promise<{ orderId: string }> {
+  const jwt = await devToken(stack, userId);
+  const ticket = await takeToken(stack, jwt, goodsId);
   expect(ticket.status).toBe(200);
   const queued = await call<{ requestId: string }>(stack, `/api/seckill/do/${ticket.body.path}`, {
     method: 'POST',
@@ -95,6 +104,22 @@ export async function buyViaApi(stack: Stack, userId: string, goodsId: number): 
     expect(result.body.status).toBe('SUCCESS');
     return { orderId: String(result.body.orderId) };
   });
+}
+
+/** Puts shoppers on an allowlist goods' list. */
+export async function allowShoppers(stack: Stack, goodsId: number, userIds: string[]): Promise<void> {
+  const res = await call<{ count: number }>(stack, `/admin/goods/${goodsId}/allowlist`, {
+    method: 'PUT',
+    auth: stack.adminToken,
+    json: { add: userIds },
+  });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+}
+
+/** Asks for a purchase token as `userId` through the API: the status and error code it gets. */
+export async function askToken(stack: Stack, userId: string, goodsId: number): Promise<{ status: number; code?: string }> {
+  const ticket = await takeToken(stack, await devToken(stack, userId), goodsId);
+  return { status: ticket.status, code: ticket.body.error?.code };
 }
 
 /** Joins a goods' waiting room as `userId` through the API: a shopper ahead in line, off-screen. */

@@ -247,5 +247,8 @@ describe('sale rules on the page', () => {
     expect(pickable(5, 2)).toBe(3);
     expect(pickable(5, 9)).toBe(1);
     expect(pickable(500, 0)).toBe(100);
+    // Never more than the goods has left.
+    expect(pickable(5, 1, 2)).toBe(2);
+    expect(pickable(5, 1, 0)).toBe(1);
   });
 });

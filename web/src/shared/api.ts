@@ -15,11 +15,13 @@ export type ApiFail = {
   requestId: string;
   /** From Retry-After, on 429 and 503. */
   retryAfterSeconds?: number;
+  /** On a SOLD_OUT refused whole: the units still left (fewer than asked for). */
+  remaining?: number;
 };
 export type ApiResult<T> = ApiOk<T> | ApiFail;
 
 const ErrorBody = z.object({
-  error: z.object({ code: z.string(), message: z.string(), requestId: z.optional(z.string()) }),
+  error: z.object({ code: z.string(), message: z.string(), requestId: z.optional(z.string()), remaining: z.optional(z.number()) }),
 });
 
 export type CallOptions = {
@@ -90,6 +92,7 @@ async function failure(res: Response): Promise<ApiFail> {
       message: body.data.error.message,
       requestId: body.data.error.requestId ?? '',
       retryAfterSeconds,
+      ...(body.data.error.remaining === undefined ? {} : { remaining: body.data.error.remaining }),
     };
   }
   return {

@@ -96,6 +96,9 @@ export const Order = z.object({
   goodsId: z.optional(z.number()),
   status: OrderStatusField,
   priceCents: z.optional(z.number()),
+  /** Units of the order, and what they cost together (priceCents × quantity). */
+  quantity: z.optional(z.number()),
+  amountCents: z.optional(z.number()),
   payDeadline: z.optional(Instant),
   createdAt: z.optional(Instant),
   paidAt: z.nullish(Instant),

@@ -87,14 +87,16 @@ export class BuyFlow {
     const session = this.ctx.session();
     const live = state === 'ON_SALE' || (state === 'UPCOMING' && (this.view.goods?.startAt ?? 0) - this.ctx.clock.now() < 4 * 60_000);
     const waiting = this.queue.holding() || this.rules.blocked();
-    this.captcha.setWanted(Boolean(session) && live && !waiting && !this.holdsOrder && this.phase === 'idle');
+    // A live order ends the shopper's buying, unless the goods lets them hold more units.
+    const done = this.holdsOrder && !this.rules.moreAllowed();
+    this.els.form.hidden = done;
+    this.captcha.setWanted(Boolean(session) && live && !waiting && !done && this.phase === 'idle');
     this.render(state);
   }
 
-  /** Hides the form while the shopper holds a live order for this goods. */
+  /** Hides the form while the shopper holds a live order for this goods (and may not buy more). */
   setHoldsOrder(holds: boolean): void {
     this.holdsOrder = holds;
-    this.els.form.hidden = holds;
     this.update(this.view.state());
   }
 
@@ -321,6 +323,12 @@ export class BuyFlow {
       this.ctx.sessionExpired();
       return;
     }
+    if (fail.code === 'SOLD_OUT' && fail.remaining) {
+      // Fewer units left than asked for: refused whole, the rest is still on sale.
+      this.alert('reasonSOLD_OUT_LEFT', { n: fail.remaining });
+      void this.view.refresh();
+      return;
+    }
     if (fail.code === 'SOLD_OUT') {
       this.view.markSoldOut();
     } else if (fail.code === 'ENDED' || fail.code === 'PAUSED' || fail.code === 'NOT_STARTED') {
@@ -331,6 +339,8 @@ export class BuyFlow {
       this.queue.notAdmitted();
     } else if (fail.code === 'NOT_ELIGIBLE') {
       this.rules.markNotEligible();
+    } else if (fail.code === 'LIMIT_REACHED') {
+      this.rules.recount();
     }
     if (fail.code === 'RATE_LIMITED' || fail.retryAfterSeconds) {
       const s = fail.retryAfterSeconds ?? 5;

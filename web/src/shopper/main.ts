@@ -141,7 +141,16 @@ async function showGoods(goodsId: number): Promise<void> {
   queue = new QueueView(ctx, view, () => buy?.update(view.state()));
   rules = new RulesView(ctx, view, () => buy?.update(view.state()));
   buy = new BuyFlow(ctx, view, (orderId) => void order?.opened(orderId), queue, rules);
-  order = new OrderView(ctx, view, (live) => buy?.setHoldsOrder(live));
+  // A new order, one read back with its units, or one cancelled changes what the shopper holds.
+  let shown = '';
+  order = new OrderView(ctx, view, (live, o) => {
+    const key = o ? `${o.orderId}:${o.status}:${o.quantity ?? ''}` : '';
+    if (key !== shown) {
+      shown = key;
+      rules?.recount();
+    }
+    buy?.setHoldsOrder(live);
+  });
   i18n.onChange(() => {
     view.renderStatic();
     view.tick();

@@ -31,6 +31,8 @@ export class OrderView {
     title: byId('order-title', HTMLElement),
     no: byId('order-no', HTMLElement),
     amount: byId('order-amount', HTMLElement),
+    unitsLabel: byId('order-units-label', HTMLElement),
+    units: byId('order-units', HTMLElement),
     status: byId('order-status', HTMLElement),
     payRow: byId('pay-row', HTMLElement),
     payCountdown: byId('pay-countdown', HTMLElement),
@@ -44,8 +46,8 @@ export class OrderView {
   constructor(
     private readonly ctx: ShopperContext,
     private readonly view: GoodsView,
-    /** Tells the page whether the shopper holds a live (pending or paid) order. */
-    private readonly onLive: (live: boolean) => void,
+    /** Tells the page whether the shopper holds a live (pending or paid) order, and which order it shows. */
+    private readonly onLive: (live: boolean, order?: Order) => void,
   ) {
     this.els.pay.addEventListener('click', () => void this.pay());
     this.els.cancel.addEventListener('click', () => void this.cancel());
@@ -138,7 +140,14 @@ export class OrderView {
     const { i18n } = this.ctx;
     const live = order.status === 'PENDING_PAYMENT' || order.status === 'PAID';
     this.els.no.textContent = order.orderNo ?? order.orderId;
-    const cents = order.priceCents ?? this.view.goods?.priceCents;
+    // Several units are shown as such; the amount is what they cost together.
+    const units = order.quantity ?? 1;
+    const several = units > 1 || (this.view.goods?.perUserLimit ?? 1) > 1;
+    this.els.unitsLabel.hidden = !several;
+    this.els.units.hidden = !several;
+    this.els.units.textContent = String(units);
+    const price = order.priceCents ?? this.view.goods?.priceCents;
+    const cents = order.amountCents ?? (price === undefined ? undefined : price * units);
     this.els.amount.textContent = cents === undefined ? '—' : formatMoney(cents, this.ctx.currency, i18n.locale);
     this.els.status.textContent = i18n.t(`order${order.status}`);
     const pending = order.status === 'PENDING_PAYMENT';
@@ -154,7 +163,7 @@ export class OrderView {
     if (!live) {
       this.forget();
     }
-    this.onLive(live);
+    this.onLive(live, order);
     this.tick();
   }
 

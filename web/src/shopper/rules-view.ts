@@ -7,16 +7,18 @@ import type { GoodsView } from './goods-view';
 /** Units offered in the picker at most, whatever the limit (the contract caps perUserLimit at 100). */
 const MAX_PICK = 100;
 
-/** How many units a shopper may still pick: the goods' limit less what they already hold. */
-export function pickable(perUserLimit: number | undefined, held: number | undefined): number {
+/** How many units a shopper may still pick: the goods' limit less what they already hold, within what is left. */
+export function pickable(perUserLimit: number | undefined, held: number | undefined, remaining?: number): number {
   const limit = Math.min(MAX_PICK, Math.max(1, Math.floor(perUserLimit ?? 1)));
-  return Math.max(1, limit - Math.max(0, Math.floor(held ?? 0)));
+  const left = limit - Math.max(0, Math.floor(held ?? 0));
+  return Math.max(1, remaining === undefined ? left : Math.min(left, Math.floor(remaining)));
 }
 
 /**
- * The sale's rules on the page: a quantity picker when a shopper may hold more than one unit,
- * and, for an allowlist sale, whether this shopper is on the list (asked once per shopper).
- * A goods without these fields shows nothing of it.
+ * The sale's rules on the page: a quantity picker when a shopper may hold more than one unit
+ * (less the units they hold already), and, for an allowlist sale, whether this shopper is on
+ * the list. Both come from the eligibility route, asked once per shopper and again when their
+ * order changes. A goods without these fields shows nothing of it.
  */
 export class RulesView {
   private checked: string | undefined;
@@ -35,18 +37,31 @@ export class RulesView {
     private readonly onChange: () => void,
   ) {}
 
+  private limit(): number {
+    return this.view.goods?.perUserLimit ?? 1;
+  }
+
   /** Units to buy, when the goods lets a shopper pick (undefined: send no quantity). */
   quantity(): number | undefined {
-    if ((this.view.goods?.perUserLimit ?? 1) <= 1) {
+    if (this.limit() <= 1) {
       return undefined;
     }
     const n = Number(this.els.quantity.value);
     return Number.isInteger(n) && n >= 1 ? n : 1;
   }
 
-  /** True when the server said this shopper is not on the sale's list. */
+  /** True when the server said this shopper is not on the sale's list, or holds all they may. */
   blocked(): boolean {
-    return this.view.goods?.eligibility === 'allowlist' && this.eligible === false;
+    return (this.view.goods?.eligibility === 'allowlist' && this.eligible === false) || this.full();
+  }
+
+  /** True when a shopper holding a live order may still buy more units of this goods. */
+  moreAllowed(): boolean {
+    return this.limit() > 1 && !this.full();
+  }
+
+  private full(): boolean {
+    return this.limit() > 1 && this.held !== undefined && this.held >= this.limit();
   }
 
   /** A purchase answered NOT_ELIGIBLE: remember it without asking again. */
@@ -55,12 +70,18 @@ export class RulesView {
     this.render();
   }
 
+  /** The shopper's order changed (placed, read, cancelled) or a purchase hit the limit: ask again what they hold. */
+  recount(): void {
+    this.checked = undefined;
+    this.update();
+  }
+
   update(): void {
     const g = this.view.goods;
     const session = this.ctx.session();
-    if (g?.eligibility === 'allowlist' && session && this.checked !== session.userId) {
+    const asks = g?.eligibility === 'allowlist' || this.limit() > 1;
+    if (asks && session && this.checked !== session.userId) {
       this.checked = session.userId;
-      this.eligible = undefined;
       void this.check(session.userId, session.token);
     }
     if (!session) {
@@ -90,9 +111,11 @@ export class RulesView {
   private render(): void {
     const { i18n } = this.ctx;
     const g = this.view.goods;
-    const limit = g?.perUserLimit ?? 1;
-    const max = pickable(limit, this.held);
-    this.els.row.hidden = limit <= 1 || this.blocked();
+    const limit = this.limit();
+    const max = pickable(limit, this.held, g?.remaining);
+    const listedOut = g?.eligibility === 'allowlist' && this.eligible === false;
+    this.els.row.hidden = limit <= 1 || listedOut;
+    this.els.quantity.hidden = this.full();
     if (this.els.quantity.options.length !== max) {
       const picked = this.els.quantity.value;
       this.els.quantity.replaceChildren(
@@ -105,8 +128,10 @@ export class RulesView {
       );
       this.els.quantity.value = Number(picked) <= max ? picked : '1';
     }
-    this.els.hint.textContent = limit > 1 ? i18n.t('limitLeft', { n: limit }) : '';
-    this.els.eligibility.hidden = !this.blocked();
-    this.els.eligibility.textContent = this.blocked() ? i18n.t('notEligible') : '';
+    const held = this.held ?? 0;
+    this.els.hint.textContent =
+      limit <= 1 ? '' : this.full() ? i18n.t('limitFull', { n: limit }) : i18n.t(held > 0 ? 'limitHeld' : 'limitLeft', { n: limit, held });
+    this.els.eligibility.hidden = !listedOut;
+    this.els.eligibility.textContent = listedOut ? i18n.t('notEligible') : '';
   }
 }
