@@ -40,6 +40,8 @@ export const seckillGoods = pgTable(
     locationHint: text('location_hint'),
     /** The waiting room: `{mode, admitPerSecond?, preQueueSeconds?, passSeconds?}` (workers/kernel/waiting-room.ts). */
     queue: jsonb('queue').$type<QueueSettings>().notNull().default({ mode: 'off' }),
+    /** Stock shards: how many objects hold the goods' stock (durable-objects/routing.ts). */
+    shards: integer('shards').notNull().default(1),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
@@ -48,6 +50,7 @@ export const seckillGoods = pgTable(
     check('seckill_goods_price', sql`${t.priceCents} >= 0`),
     check('seckill_goods_window', sql`${t.endAt} > ${t.startAt}`),
     check('seckill_goods_pay_timeout', sql`${t.payTimeoutSeconds} BETWEEN 1 AND 43200`),
+    check('seckill_goods_shards', sql`${t.shards} BETWEEN 1 AND 64`),
     index('seckill_goods_window_idx').on(t.startAt, t.endAt),
   ],
 );

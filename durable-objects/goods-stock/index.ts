@@ -16,10 +16,11 @@ import { scheduleMetricsFlush } from '../../workers/metrics/flush';
 import { count } from '../../workers/metrics/registry';
 import { type MirrorCheck, MirrorSync } from '../../workers/mirror/sync';
 import { KeyedAccepts } from './keyed-accepts';
+import { type GiveBack, type Grant, Leases } from './leases';
 import { refuseOne, releaseOne, reserveOne, restoreUnsettled, returnRefused } from './ledger';
 import { mirrorExpectation, mirrorFullState, mirrorGoods, noteAccepted } from './mirror-view';
 import { Outbox } from './outbox';
-import { goodsFromPostgres, stockSnapshot } from './sale';
+import { countDecisions, goodsFromPostgres, resultView, saleIsOn, stockSnapshot } from './sale';
 import { OUTBOX_KEEPS_UNSETTLED } from './schema';
 import { type Sale, StockStorage } from './storage';
 
@@ -50,6 +51,8 @@ export class GoodsStock extends DurableObject<Env> {
   /** Keyed purchases accepted in the last minutes, named in SOLD_OUT answers (rebuilt at start). */
   private readonly keyedAccepts = new KeyedAccepts();
   private lastPruneAt = 0;
+  /** Stock shards: this object's lease of the goods' stock, or (shard 0) the goods' pool. */
+  private readonly leases: Leases;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -63,12 +66,26 @@ export class GoodsStock extends DurableObject<Env> {
       schedule: () => getConfig(this.env).retry,
       retryAt,
     });
+    const stockPart = () => (this.leases.shards > 1 ? String(this.leases.shard) : undefined);
     this.mirror = new MirrorSync(() => getConfig(env).redis, {
       goodsId,
-      fullState: () => this.sale && mirrorFullState(this.store, this.sale, this.mirror.title, Date.now()),
-      expectation: () => this.sale && mirrorExpectation(this.store, this.sale, this.mirror.title),
+      fullState: () => this.sale && mirrorFullState(this.store, this.sale, this.mirror.title, Date.now(), stockPart()),
+      expectation: () => this.sale && mirrorExpectation(this.store, this.sale, this.mirror.title, stockPart()),
+      stockPart,
       retryAt,
       persist: (state) => this.store.saveMirrorState(state),
+    });
+    this.leases = new Leases({
+      sql: ctx.storage.sql,
+      storage: ctx.storage,
+      env,
+      sale: () => this.sale,
+      stockChanged: (remaining) => {
+        this.mirror.noteStock(remaining);
+        this.syncMirror();
+      },
+      retryAt,
+      waitUntil: (p) => ctx.waitUntil(p),
     });
     void ctx.blockConcurrencyWhile(async () => {
       const now = Date.now();
@@ -76,6 +93,7 @@ export class GoodsStock extends DurableObject<Env> {
       ctx.storage.transactionSync(() => {
         const found = this.store.migrate();
         this.sale = this.store.readSale();
+        this.leases.load();
         if (this.sale && found > 0 && found < OUTBOX_KEEPS_UNSETTLED) {
           restored = restoreUnsettled(this.store, this.sale, now);
         }
@@ -98,16 +116,19 @@ export class GoodsStock extends DurableObject<Env> {
 
   /**
    * Creates the sale from Postgres' settings, or refreshes its settings. The stock count is
-   * taken only the first time: afterwards this object is the authority on it.
+   * taken only the first time: afterwards this object is the authority on it. `shard` is this
+   * object's stock shard (routing.ts); a shard other than 0 then takes its first lease.
    */
-  async init(goods: GoodsInit): Promise<StockSnapshot> {
+  async init(goods: GoodsInit, shard = 0, lease = true): Promise<StockSnapshot> {
     const before = this.sale && mirrorGoods(this.sale, this.mirror.title);
     if (this.sale) {
       this.store.updateSettings(goods);
     } else {
-      this.store.insertSale(goods);
+      this.store.insertSale(goods, shard);
     }
     this.sale = this.store.readSale();
+    // Lazy init (inside blockConcurrencyWhile) takes no lease: its first batch asks if it must.
+    await this.leases.configure(shard, goods.shards ?? 1, goods.locationHint, lease);
     this.mirror.setTitle(goods.title);
     const after = this.sale && mirrorGoods(this.sale, this.mirror.title);
     if (!before) {
@@ -122,7 +143,7 @@ export class GoodsStock extends DurableObject<Env> {
   }
 
   /** Loads the sale from Postgres the first time a goods is used without pre-warm. */
-  private async ensureSale(goodsId: number): Promise<Sale | 'NOT_FOUND' | 'BUSY'> {
+  private async ensureSale(goodsId: number, shard = 0): Promise<Sale | 'NOT_FOUND' | 'BUSY'> {
     if (this.sale) {
       return this.sale;
     }
@@ -139,7 +160,7 @@ export class GoodsStock extends DurableObject<Env> {
           outcome = 'NOT_FOUND';
           return;
         }
-        await this.init(goods);
+        await this.init(goods, shard, false);
         outcome = this.sale ?? 'BUSY';
       } catch (error) {
         log.error('goods_stock.lazy_init_failed', { goodsId, error });
@@ -153,12 +174,17 @@ export class GoodsStock extends DurableObject<Env> {
    * Reserves for a batch of shoppers (one isolate's group commit, or a single request).
    * All checks and writes happen in one synchronous transaction, in arrival order.
    */
-  async reserveMany(goodsId: number, items: ReserveItem[]): Promise<ReserveOutcome[]> {
+  async reserveMany(goodsId: number, items: ReserveItem[], shard = 0): Promise<ReserveOutcome[]> {
     this.reserveRequests += items.length;
-    const sale = await this.ensureSale(goodsId);
-    if (typeof sale === 'string') {
-      return items.map((i) => ({ ok: false, requestId: i.requestId, reason: sale, replay: false }));
+    const loaded = await this.ensureSale(goodsId, shard);
+    if (typeof loaded === 'string') {
+      return items.map((i) => ({ ok: false, requestId: i.requestId, reason: loaded, replay: false }));
     }
+    if (saleIsOn(loaded, Date.now())) {
+      // A shard that cannot cover the batch asks for stock first (stock shards only).
+      await this.leases.beforeBatch(items.length);
+    }
+    const sale = this.sale ?? loaded;
     const now = Date.now();
     let accepted = 0;
     let outcomes: ReserveOutcome[];
@@ -187,9 +213,29 @@ export class GoodsStock extends DurableObject<Env> {
       this.ctx.waitUntil(this.outbox.flush());
       noteAccepted(this.mirror, sale, items, outcomes);
       this.syncMirror();
+      this.leases.afterBatch(now);
     }
-    this.countDecisions(sale.goodsId, outcomes);
+    countDecisions(sale.goodsId, outcomes);
+    scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));
     return this.keyedAccepts.answer(items, outcomes, now);
+  }
+
+  // Stock shards (leases.ts): shard 0 answers grant and report, the others giveBack.
+
+  /** Shard 0: a lease for shard `from` (see Leases.grant). */
+  async grant(goodsId: number, from: number, grantId: string, want: number, need: number, dry: boolean, reported: number): Promise<Grant> {
+    const sale = await this.ensureSale(goodsId, 0);
+    return typeof sale === 'string' ? { units: 0 } : this.leases.grant(sale, from, grantId, want, need, dry, reported);
+  }
+
+  /** Shard 0: another shard's stock after a release there. */
+  async report(shard: number, remaining: number): Promise<void> {
+    this.leases.report(shard, remaining);
+  }
+
+  /** Any shard but 0: gives shard 0 up to `max` free units back. */
+  async giveBack(_goodsId: number, reclaimId: string, max: number): Promise<GiveBack> {
+    return this.leases.giveBack(reclaimId, max);
   }
 
   /**
@@ -230,6 +276,9 @@ export class GoodsStock extends DurableObject<Env> {
     if (confirmed > 0 || released > 0 || refused > 0) {
       this.syncMirror();
     }
+    if (released > 0) {
+      this.leases.noteReleased();
+    }
     return { confirmed, released, refused };
   }
 
@@ -260,6 +309,7 @@ export class GoodsStock extends DurableObject<Env> {
     const released = this.ctx.storage.transactionSync(() => this.releaseUnit(requestId, reason, Date.now()));
     if (released) {
       this.syncMirror();
+      this.leases.noteReleased();
     }
     return { released, remaining: this.sale?.remaining ?? 0 };
   }
@@ -279,17 +329,7 @@ export class GoodsStock extends DurableObject<Env> {
 
   /** The answer for one request, for the result route (which checks the owner). */
   async result(requestId: string): Promise<ResultView | undefined> {
-    const r = this.store.reservation(requestId);
-    if (!r) {
-      return undefined;
-    }
-    return {
-      requestId: r.request_id,
-      userId: r.user_id,
-      status: r.status,
-      ...(r.order_id && r.status !== 'FAIL' ? { orderId: r.order_id } : {}),
-      ...(r.reason ? { reason: r.reason as FailReason } : {}),
-    };
+    return resultView(this.store, requestId);
   }
 
   async setPaused(paused: boolean): Promise<StockSnapshot | undefined> {
@@ -314,7 +354,16 @@ export class GoodsStock extends DurableObject<Env> {
     if (!this.sale) {
       throw new Error('snapshot of an uninitialised sale');
     }
-    return stockSnapshot(this.store, this.sale, { mirrorStaleSince: this.mirror.staleSinceMs, reserveRequests: this.reserveRequests });
+    const snapshot = stockSnapshot(this.store, this.sale, {
+      mirrorStaleSince: this.mirror.staleSinceMs,
+      reserveRequests: this.reserveRequests,
+    });
+    const { shard, shards } = this.leases;
+    if (shards <= 1) {
+      return snapshot;
+    }
+    const pool = shard === 0 ? { goodsRemaining: this.leases.goodsRemaining(this.sale) } : {};
+    return { ...snapshot, shard, shards, poolCalls: this.leases.poolCalls, ...pool };
   }
 
   /** Sends due outbox rows to the order queue. Single-flight: concurrent callers share a run. */
@@ -351,6 +400,7 @@ export class GoodsStock extends DurableObject<Env> {
   async alarm(): Promise<void> {
     this.alarmAt = null;
     await this.outbox.flush();
+    await this.leases.retryPending();
     if (this.mirror.staleSinceMs !== null) {
       await this.mirror.flush(true);
     }
@@ -366,6 +416,9 @@ export class GoodsStock extends DurableObject<Env> {
       this.ensureAlarm(Math.max(next, now + 100));
     } else if (tokensLeft) {
       this.ensureAlarm(now + PRUNE_INTERVAL_MS);
+    }
+    if (this.leases.pending) {
+      this.ensureAlarm(now + 1_000);
     }
     const mirrorRetry = this.mirror.retryAtMs;
     if (mirrorRetry !== null) {
@@ -385,15 +438,5 @@ export class GoodsStock extends DurableObject<Env> {
     if (this.mirror.enabled) {
       this.ctx.waitUntil(this.mirror.flush());
     }
-  }
-
-  private countDecisions(goodsId: number, outcomes: ReserveOutcome[]): void {
-    for (const o of outcomes) {
-      count('seckill_reservations_total', {
-        goods_id: String(goodsId),
-        outcome: o.replay ? 'replay' : o.ok ? 'accepted' : o.reason.toLowerCase(),
-      });
-    }
-    scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));
   }
 }

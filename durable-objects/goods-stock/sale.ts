@@ -1,7 +1,8 @@
 import { dbOptions, withDb } from '../../db/client';
 import { findGoods, toGoodsInit } from '../../db/goods';
 import { getConfig } from '../../workers/kernel/config';
-import type { GoodsInit, StockSnapshot } from '../../workers/kernel/contract';
+import type { FailReason, GoodsInit, ReserveOutcome, ResultView, StockSnapshot } from '../../workers/kernel/contract';
+import { count } from '../../workers/metrics/registry';
 import type { Sale, StockStorage } from './storage';
 
 // The sale's two outside views: where its settings come from when nobody pre-warmed the
@@ -38,4 +39,34 @@ export function stockSnapshot(
     mirrorStaleSince: instance.mirrorStaleSince,
     reserveRequests: instance.reserveRequests,
   };
+}
+
+/** True while the sale takes reservations (inside its window, not paused). */
+export function saleIsOn(sale: Sale, now: number): boolean {
+  return now >= sale.startAt && now < sale.endAt && !sale.paused;
+}
+
+/** The answer for one request, for the result route (which checks the owner). */
+export function resultView(store: StockStorage, requestId: string): ResultView | undefined {
+  const r = store.reservation(requestId);
+  if (!r) {
+    return undefined;
+  }
+  return {
+    requestId: r.request_id,
+    userId: r.user_id,
+    status: r.status,
+    ...(r.order_id && r.status !== 'FAIL' ? { orderId: r.order_id } : {}),
+    ...(r.reason ? { reason: r.reason as FailReason } : {}),
+  };
+}
+
+/** Counts a batch's decisions (the caller schedules the metrics flush). */
+export function countDecisions(goodsId: number, outcomes: ReserveOutcome[]): void {
+  for (const o of outcomes) {
+    count('seckill_reservations_total', {
+      goods_id: String(goodsId),
+      outcome: o.replay ? 'replay' : o.ok ? 'accepted' : o.reason.toLowerCase(),
+    });
+  }
 }

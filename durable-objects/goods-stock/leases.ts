@@ -1,0 +1,402 @@
+import { log } from '../../workers/kernel/log';
+import { leaseChunk } from '../../workers/kernel/shards';
+import { goodsStock } from '../routing';
+import type { Sale } from './storage';
+
+// Stock shards of a hot goods. Shard 0 (the object a one-shard goods has always had) holds the
+// goods' pool: its own `remaining` is the pool, sold from by its own shoppers and leased to the
+// other shards. Every other shard starts empty and asks shard 0 for a lease (leaseChunk units)
+// at init and again in the background when it runs low, so a shopper never waits on shard 0
+// unless their shard is dry. A dry shard asks with `dry` set: when the pool cannot cover the
+// batch, shard 0 takes unsold free units back from the other shards (give-backs) before the
+// shard answers SOLD_OUT. Released units go back to the shard that held the reservation; a
+// give-back moves them to whoever can sell them.
+//
+// Units move between objects exactly once. The receiver of a grant records its id before it
+// asks and credits the units only while that id is still pending; shard 0 remembers the last
+// grant per shard, so asking again with the same id gets the same answer. Give-backs are the
+// same the other way round: shard 0 records the id, the giving shard remembers its last one.
+// An ask whose answer was lost is repeated (the next ask or the alarm), so no unit is lost or
+// counted twice.
+
+/** A background refill starts when a shard holds this fraction of a lease or less. */
+const LOW_WATER = 0.5;
+/** After a refill or sweep found nothing, the pool is not asked again in the background for this long. */
+const EMPTY_BACKOFF_MS = 2_000;
+/** Shard 0 answers dry asks without a sweep for this long after a sweep found nothing (a release ends it). */
+const DRY_MEMO_MS = 1_000;
+
+type LeaseRow = {
+  shard: number;
+  shards: number;
+  location_hint: string | null;
+  pending_grant: string | null;
+  given_id: string | null;
+  given_units: number;
+};
+
+/** What the lease logic needs of its object. */
+export type LeaseHost = {
+  sql: SqlStorage;
+  storage: DurableObjectStorage;
+  env: Env;
+  sale(): Sale | undefined;
+  /** The shard's stock changed outside a reservation batch: mirror it. */
+  stockChanged(remaining: number): void;
+  /** Asks for an alarm at `at` (a lost answer is asked again then). */
+  retryAt(at: number): void;
+  waitUntil(p: Promise<unknown>): void;
+};
+
+/** A shard's answer to shard 0's give-back, and shard 0's answer to a lease ask. */
+export type GiveBack = { units: number; remaining: number };
+export type Grant = { units: number };
+
+export class Leases {
+  private row: LeaseRow = { shard: 0, shards: 1, location_hint: null, pending_grant: null, given_id: null, given_units: 0 };
+  private refilling: Promise<void> | undefined;
+  private sweeping: Promise<void> | undefined;
+  private emptyUntil = 0;
+  private dryUntil = 0;
+  /** Calls to shard 0's pool this instance made (grants asked) and answered (shard 0: grants and give-backs asked). */
+  poolCalls = 0;
+
+  constructor(private readonly host: LeaseHost) {}
+
+  /** Reads this shard's place; call while the object loads. */
+  load(): void {
+    const r = this.host.sql.exec<LeaseRow>('SELECT * FROM lease_state WHERE id = 1').toArray()[0];
+    if (r) {
+      this.row = r;
+    }
+  }
+
+  get shard(): number {
+    return this.row.shard;
+  }
+
+  get shards(): number {
+    return this.row.shards;
+  }
+
+  /** Work left from a lost answer (a grant not credited, a give-back not credited). */
+  get pending(): boolean {
+    return this.row.pending_grant !== null || this.host.sql.exec('SELECT 1 FROM lease_reclaim LIMIT 1').toArray().length > 0;
+  }
+
+  private save(): void {
+    const r = this.row;
+    this.host.sql.exec(
+      'INSERT OR REPLACE INTO lease_state (id, shard, shards, location_hint, pending_grant, given_id, given_units) VALUES (1, ?, ?, ?, ?, ?, ?)',
+      r.shard,
+      r.shards,
+      r.location_hint,
+      r.pending_grant,
+      r.given_id,
+      r.given_units,
+    );
+  }
+
+  private stub(sale: Sale, shard: number) {
+    return goodsStock(this.host.env, { id: sale.goodsId, locationHint: this.row.location_hint }, shard);
+  }
+
+  private saveRemaining(sale: Sale): void {
+    this.host.sql.exec('UPDATE sale SET remaining = ? WHERE id = 1', sale.remaining);
+  }
+
+  /**
+   * Takes this object's place at init. Shard 0 whose shard count changes takes back every free
+   * unit of the shards it had (before a sale starts that is all of theirs), so the new shards
+   * lease from a full pool. Another shard takes its first lease.
+   */
+  async configure(shard: number, shards: number, locationHint: string | null | undefined, lease: boolean): Promise<void> {
+    const before = this.row.shards;
+    const first = this.host.sql.exec('SELECT 1 FROM lease_state').toArray().length === 0;
+    if (first || before !== shards || this.row.shard !== shard || (locationHint ?? null) !== this.row.location_hint) {
+      this.row = { ...this.row, shard, shards, location_hint: locationHint ?? null };
+      this.save();
+    }
+    const sale = this.host.sale();
+    if (!sale) {
+      return;
+    }
+    if (shard === 0 && !first && before > 1 && before !== shards) {
+      log.warn('goods_stock.reshard', { goodsId: sale.goodsId, from: before, to: shards });
+      for (let j = 1; j < before; j++) {
+        await this.reclaimFrom(sale, j, sale.totalStock);
+      }
+    }
+    if (lease && shard > 0 && shards > 1 && sale.remaining < leaseChunk(sale.totalStock, shards)) {
+      await this.refill(0, false).catch((error: unknown) => log.warn('goods_stock.lease_failed', { goodsId: sale.goodsId, shard, error }));
+    }
+  }
+
+  /**
+   * Before a batch: a shard that cannot cover `need` units asks for stock now (the shoppers of
+   * the batch wait for it; shard 0 sweeps the other shards). Never throws: a shard that got
+   * nothing answers from what it has.
+   */
+  async beforeBatch(need: number): Promise<void> {
+    const sale = this.host.sale();
+    if (!sale || this.row.shards <= 1 || sale.remaining >= need) {
+      return;
+    }
+    try {
+      if (this.row.shard === 0) {
+        await this.sweep(sale, need - sale.remaining, 0);
+      } else {
+        await this.refill(need, true);
+      }
+    } catch (error) {
+      log.warn('goods_stock.dry_refill_failed', { goodsId: sale.goodsId, shard: this.row.shard, error });
+    }
+  }
+
+  /** After a batch: a shard running low refills in the background, off the shoppers' path. */
+  afterBatch(now: number): void {
+    const sale = this.host.sale();
+    if (!sale || this.row.shards <= 1 || this.row.shard === 0 || this.refilling || now < this.emptyUntil) {
+      return;
+    }
+    if (sale.remaining <= Math.floor(leaseChunk(sale.totalStock, this.row.shards) * LOW_WATER)) {
+      this.host.waitUntil(
+        this.refill(0, false).catch((error: unknown) => log.warn('goods_stock.refill_failed', { goodsId: sale.goodsId, error })),
+      );
+    }
+  }
+
+  /** Asks shard 0 for a lease (single-flight: a second asker shares the first ask, then asks again if still short). */
+  private async refill(need: number, dry: boolean): Promise<void> {
+    while (this.refilling) {
+      await this.refilling;
+      const sale = this.host.sale();
+      if (!sale || sale.remaining >= Math.max(1, need)) {
+        return;
+      }
+    }
+    this.refilling = this.askGrant(need, dry).finally(() => {
+      this.refilling = undefined;
+    });
+    return this.refilling;
+  }
+
+  private async askGrant(need: number, dry: boolean): Promise<void> {
+    const sale = this.host.sale();
+    if (!sale) {
+      return;
+    }
+    let grantId = this.row.pending_grant;
+    if (!grantId) {
+      grantId = crypto.randomUUID();
+      this.row.pending_grant = grantId;
+      this.save();
+    }
+    const want = Math.max(leaseChunk(sale.totalStock, this.row.shards), need);
+    this.poolCalls++;
+    let grant: Grant;
+    try {
+      grant = await this.stub(sale, 0).grant(sale.goodsId, this.row.shard, grantId, want, need, dry, sale.remaining);
+    } catch (error) {
+      this.host.retryAt(Date.now() + 1_000);
+      throw error;
+    }
+    const now = this.host.sale();
+    if (!now || this.row.pending_grant !== grantId) {
+      return;
+    }
+    this.host.storage.transactionSync(() => {
+      now.remaining += grant.units;
+      this.saveRemaining(now);
+      this.row.pending_grant = null;
+      this.save();
+    });
+    if (grant.units === 0) {
+      this.emptyUntil = Date.now() + EMPTY_BACKOFF_MS;
+    } else {
+      this.host.stockChanged(now.remaining);
+    }
+  }
+
+  // Shard 0: the pool.
+
+  /**
+   * Shard 0 hands `from` up to `want` units; a background ask leaves shard 0 a lease of its
+   * own, a dry one may take its last units and, if those cannot cover `need`, first takes free
+   * units back from the other shards. The same grant id gets the same answer.
+   */
+  async grant(sale: Sale, from: number, grantId: string, want: number, need: number, dry: boolean, reported: number): Promise<Grant> {
+    this.poolCalls++;
+    const prior = this.priorGrant(from, grantId);
+    if (prior) {
+      return prior;
+    }
+    this.saveReport(from, reported);
+    if (dry && sale.remaining < need && Date.now() >= this.dryUntil) {
+      await this.sweep(sale, need - sale.remaining, from);
+    }
+    const current = this.host.sale() ?? sale;
+    const granted = this.host.storage.transactionSync((): Grant => {
+      const again = this.priorGrant(from, grantId);
+      if (again) {
+        return again;
+      }
+      const keep = dry ? 0 : leaseChunk(current.totalStock, this.row.shards);
+      const units = Math.max(0, Math.min(want, current.remaining - keep));
+      current.remaining -= units;
+      this.saveRemaining(current);
+      this.host.sql.exec('INSERT OR REPLACE INTO lease_grant (shard, grant_id, units) VALUES (?, ?, ?)', from, grantId, units);
+      this.saveReport(from, reported + units);
+      return { units };
+    });
+    if (granted.units > 0) {
+      this.host.stockChanged(current.remaining);
+    }
+    return granted;
+  }
+
+  private priorGrant(from: number, grantId: string): Grant | undefined {
+    const r = this.host.sql
+      .exec<{ grant_id: string; units: number }>('SELECT grant_id, units FROM lease_grant WHERE shard = ?', from)
+      .toArray()[0];
+    return r?.grant_id === grantId ? { units: r.units } : undefined;
+  }
+
+  /** A shard's stock as it last told shard 0; a release there ends the dry memo (the unit may be sold elsewhere). */
+  report(shard: number, remaining: number): void {
+    this.saveReport(shard, remaining);
+    this.dryUntil = 0;
+  }
+
+  private saveReport(shard: number, remaining: number): void {
+    this.host.sql.exec('INSERT OR REPLACE INTO lease_report (shard, remaining) VALUES (?, ?)', shard, remaining);
+  }
+
+  /** Shard 0's own units plus what the others last reported (an upper bound while they sell). */
+  goodsRemaining(sale: Sale): number {
+    const others = this.host.sql
+      .exec<{ n: number | null }>('SELECT sum(remaining) AS n FROM lease_report WHERE shard > 0 AND shard < ?', this.row.shards)
+      .one().n;
+    return sale.remaining + (others ?? 0);
+  }
+
+  /** Takes up to `need` free units back from the other shards (except `exclude`), richest first. Single-flight. */
+  private async sweep(sale: Sale, need: number, exclude: number): Promise<void> {
+    if (this.sweeping) {
+      return this.sweeping;
+    }
+    this.sweeping = (async () => {
+      const reported = new Map(
+        this.host.sql
+          .exec<{ shard: number; remaining: number }>('SELECT shard, remaining FROM lease_report')
+          .toArray()
+          .map((r) => [r.shard, r.remaining]),
+      );
+      const order = Array.from({ length: this.row.shards - 1 }, (_, i) => i + 1)
+        .filter((j) => j !== exclude)
+        .sort((a, b) => (reported.get(b) ?? 1) - (reported.get(a) ?? 1));
+      let got = 0;
+      for (const j of order) {
+        if (got >= need) {
+          break;
+        }
+        got += await this.reclaimFrom(sale, j, need - got);
+      }
+      if (got === 0) {
+        this.dryUntil = Date.now() + DRY_MEMO_MS;
+      }
+    })().finally(() => {
+      this.sweeping = undefined;
+    });
+    return this.sweeping;
+  }
+
+  /** One give-back from shard `j`, credited once; an unanswered one stays pending for the alarm. */
+  private async reclaimFrom(sale: Sale, j: number, max: number): Promise<number> {
+    let id = this.host.sql.exec<{ reclaim_id: string }>('SELECT reclaim_id FROM lease_reclaim WHERE shard = ?', j).toArray()[0]?.reclaim_id;
+    if (!id) {
+      id = crypto.randomUUID();
+      this.host.sql.exec('INSERT INTO lease_reclaim (shard, reclaim_id) VALUES (?, ?)', j, id);
+    }
+    const reclaimId = id;
+    this.poolCalls++;
+    let reply: GiveBack;
+    try {
+      reply = await this.stub(sale, j).giveBack(sale.goodsId, reclaimId, max);
+    } catch (error) {
+      log.warn('goods_stock.give_back_failed', { goodsId: sale.goodsId, shard: j, error });
+      this.host.retryAt(Date.now() + 1_000);
+      return 0;
+    }
+    const current = this.host.sale() ?? sale;
+    const credited = this.host.storage.transactionSync(() => {
+      const still = this.host.sql.exec('SELECT 1 FROM lease_reclaim WHERE shard = ? AND reclaim_id = ?', j, reclaimId).toArray().length > 0;
+      if (!still) {
+        return 0;
+      }
+      this.host.sql.exec('DELETE FROM lease_reclaim WHERE shard = ?', j);
+      current.remaining += reply.units;
+      this.saveRemaining(current);
+      this.saveReport(j, reply.remaining);
+      return reply.units;
+    });
+    if (credited > 0) {
+      this.host.stockChanged(current.remaining);
+    }
+    return credited;
+  }
+
+  // Every shard but 0.
+
+  /** Gives shard 0 up to `max` free units (the same give-back id gets the same answer). */
+  giveBack(reclaimId: string, max: number): GiveBack {
+    const sale = this.host.sale();
+    if (!sale) {
+      return { units: 0, remaining: 0 };
+    }
+    if (this.row.given_id === reclaimId) {
+      return { units: this.row.given_units, remaining: sale.remaining };
+    }
+    const units = this.host.storage.transactionSync(() => {
+      const n = Math.max(0, Math.min(max, sale.remaining));
+      sale.remaining -= n;
+      this.saveRemaining(sale);
+      this.row.given_id = reclaimId;
+      this.row.given_units = n;
+      this.save();
+      return n;
+    });
+    if (units > 0) {
+      this.host.stockChanged(sale.remaining);
+    }
+    return { units, remaining: sale.remaining };
+  }
+
+  /** After a release in a shard other than 0: tells shard 0, so a dry shard's sweep finds the unit. */
+  noteReleased(): void {
+    const sale = this.host.sale();
+    if (!sale || this.row.shards <= 1 || this.row.shard === 0) {
+      return;
+    }
+    this.host.waitUntil(
+      this.stub(sale, 0)
+        .report(this.row.shard, sale.remaining)
+        .catch((error: unknown) => log.warn('goods_stock.report_failed', { goodsId: sale.goodsId, error })),
+    );
+  }
+
+  /** The alarm: asks again whatever lost its answer. */
+  async retryPending(): Promise<void> {
+    const sale = this.host.sale();
+    if (!sale) {
+      return;
+    }
+    if (this.row.pending_grant !== null) {
+      await this.refill(0, false).catch(() => undefined);
+    }
+    const reclaims = this.host.sql.exec<{ shard: number }>('SELECT shard FROM lease_reclaim').toArray();
+    for (const r of reclaims) {
+      await this.reclaimFrom(sale, r.shard, 0);
+    }
+  }
+}
