@@ -1,4 +1,5 @@
 import type { FailReason, OrderMessage, ReserveItem, ReserveOutcome } from '../../workers/kernel/contract';
+import { SHARD_SEQ_SPAN } from '../../workers/kernel/shards';
 import { decide, orderNumber } from './rules';
 import type { Sale, StockStorage } from './storage';
 
@@ -53,6 +54,8 @@ function orderMessage(sale: Sale, r: { requestId: string; userId: string }, seq:
     priceCents: sale.priceCents,
     payTimeoutSeconds: sale.payTimeoutSeconds,
     reservedAt: at,
+    // A stock shard other than 0 numbers its orders from shard * SHARD_SEQ_SPAN (kernel/shards.ts).
+    ...(seq > SHARD_SEQ_SPAN ? { shard: Math.floor(seq / SHARD_SEQ_SPAN) } : {}),
   };
 }
 

@@ -2,9 +2,10 @@ import { withDbFor } from '../../db/client';
 import { countOpenDeadLetters } from '../../db/dead-letters';
 import { countOrdersByStatus, findGoods } from '../../db/goods';
 import { ORDER_STATUS, type OrderStatusName } from '../../db/schema';
-import { goodsStock } from '../../durable-objects/routing';
 import type { Config } from '../kernel/config';
+import type { ShardStock } from '../kernel/shards';
 import { readStocks } from '../mirror/client';
+import { goodsSnapshot } from './stock-shards';
 import { roomStatsOf } from './waiting-room';
 
 export type GoodsStats = {
@@ -25,6 +26,8 @@ export type GoodsStats = {
   consistent: boolean;
   /** The waiting room: shoppers in line, admissions per second, and the room's other totals. */
   queue: Awaited<ReturnType<typeof roomStatsOf>> | null;
+  /** Each stock shard's figures (one entry for a one-shard goods); they add up to the totals. */
+  shards: ShardStock[];
 };
 
 /**
@@ -39,19 +42,19 @@ export async function goodsStats(env: Env, config: Config, goodsId: number): Pro
       return undefined;
     }
     // The row first: it says where the goods' object lives; the rest is read side by side.
-    const [counts, deadLetters, snapshot, mirrored, queue] = await Promise.all([
+    const [counts, deadLetters, stock, mirrored, queue] = await Promise.all([
       countOrdersByStatus(d, goodsId),
       countOpenDeadLetters(d, goodsId),
-      goodsStock(env, row).snapshot(),
+      goodsSnapshot(env, row),
       config.redis ? readStocks(config.redis, [goodsId]) : Promise.resolve(undefined),
       roomStatsOf(env, row).catch(() => null),
     ]);
-    return { fromDb: { row, counts, deadLetters }, snapshot, mirrored, queue };
+    return { fromDb: { row, counts, deadLetters }, snapshot: stock.total, shards: stock.shards, mirrored, queue };
   });
   if (!found) {
     return undefined;
   }
-  const { fromDb, snapshot, mirrored, queue } = found;
+  const { fromDb, snapshot, shards, mirrored, queue } = found;
   const mirrorStock = mirrored?.[0] ?? null;
   const mirror = !config.redis ? 'off' : !mirrored ? 'unreachable' : mirrorStock === null ? 'missing' : 'ok';
   const orders = Object.fromEntries(Object.entries(ORDER_STATUS).map(([name, code]) => [name, fromDb.counts[code] ?? 0])) as Record<
@@ -84,5 +87,6 @@ export async function goodsStats(env: Env, config: Config, goodsId: number): Pro
     deadLetters: fromDb.deadLetters,
     consistent,
     queue,
+    shards,
   };
 }

@@ -1,3 +1,5 @@
+import type { StockSnapshot as Snapshot } from './contract';
+
 // Stock shards of a hot goods: which shard a shopper lands on, and which shard an order came
 // from. Pure, so the edge, the objects, the consumer and the tools agree without a lookup.
 
@@ -46,3 +48,45 @@ export function leaseChunk(totalStock: number, shards: number): number {
 
 /** A stock figure per shard, as the stats report it. */
 export type ShardStock = { shard: number; remaining: number; queued: number; confirmed: number };
+
+const minOf = (values: (number | null)[]): number | null => {
+  const present = values.filter((v): v is number => v !== null);
+  return present.length === 0 ? null : Math.min(...present);
+};
+
+/**
+ * The goods' snapshot from its shards' (shard 0 first; a shard not made yet holds nothing):
+ * units, backlog and counts add up, the oldest ages are the oldest of any shard, the settings
+ * are shard 0's. Undefined when shard 0 has no sale yet.
+ */
+export function sumSnapshots(shards: (Snapshot | undefined)[]): Snapshot | undefined {
+  const [first] = shards;
+  if (!first) {
+    return undefined;
+  }
+  const all = shards.filter((s): s is Snapshot => s !== undefined);
+  if (all.length === 1) {
+    return first;
+  }
+  const sum = (pick: (s: Snapshot) => number) => all.reduce((n, s) => n + pick(s), 0);
+  const { goodsRemaining: _estimate, poolCalls: _calls, shard: _shard, ...settings } = first;
+  return {
+    ...settings,
+    remaining: sum((s) => s.remaining),
+    queued: sum((s) => s.queued),
+    confirmed: sum((s) => s.confirmed),
+    refused: sum((s) => s.refused),
+    outboxPending: sum((s) => s.outboxPending),
+    reserveRequests: sum((s) => s.reserveRequests),
+    poolCalls: sum((s) => s.poolCalls ?? 0),
+    oldestQueuedAt: minOf(all.map((s) => s.oldestQueuedAt)),
+    oldestOutboxAt: minOf(all.map((s) => s.oldestOutboxAt)),
+    mirrorStaleSince: minOf(all.map((s) => s.mirrorStaleSince)),
+    shards: shards.length,
+  };
+}
+
+/** Each shard's stock as the stats list it (a shard not made yet holds nothing). */
+export function shardStocks(shards: (Snapshot | undefined)[]): ShardStock[] {
+  return shards.map((s, shard) => ({ shard, remaining: s?.remaining ?? 0, queued: s?.queued ?? 0, confirmed: s?.confirmed ?? 0 }));
+}

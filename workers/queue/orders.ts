@@ -7,6 +7,7 @@ import { type Config, getConfig } from '../kernel/config';
 import { type GoodsPlacement, OrderMessage, type Settlement, type TimeoutMessage } from '../kernel/contract';
 import { deliverTwiceIfAsked, failAfterWriteIfAsked } from '../kernel/dev-faults';
 import { log } from '../kernel/log';
+import { shardOfOrderId } from '../kernel/shards';
 import { flushMetrics } from '../metrics/flush';
 import { observeQueueLag } from '../metrics/queue';
 import { count } from '../metrics/registry';
@@ -100,7 +101,7 @@ async function consumeGroups(env: Env, config: Config, groups: Map<number, Parse
         // Independent and both idempotent: a retry repeats whichever of them failed. A timeout
         // that fires before the object heard of its order finds it QUEUED and releases it; the
         // late settle then changes nothing.
-        await Promise.all([settle(env, goods, results), scheduleTimeouts(env, items, results)]);
+        await Promise.all([settle(env, goods, items, results), scheduleTimeouts(env, items, results)]);
         // Waiting room: push each settled result to its shopper's live channel (never fails the batch).
         await tellShoppers(
           env,
@@ -125,12 +126,23 @@ async function consumeGroups(env: Env, config: Config, groups: Map<number, Parse
   );
 }
 
-async function settle(env: Env, goods: GoodsPlacement, results: WriteResult[]): Promise<void> {
-  const settlements = results.map(
-    (r): Settlement =>
-      r.ok ? { requestId: r.requestId, ok: true, orderId: r.orderId } : { requestId: r.requestId, ok: false, reason: r.reason },
-  );
-  await goodsStock(env, goods).settle(settlements);
+/** Tells each stock shard what Postgres made of its reservations (the message names the shard). */
+async function settle(env: Env, goods: GoodsPlacement, items: Parsed<OrderMessage>[], results: WriteResult[]): Promise<void> {
+  const shardOf = new Map(items.map((i) => [i.body.requestId, i.body.shard ?? shardOfOrderId(i.body.orderId)]));
+  const byShard = new Map<number, Settlement[]>();
+  for (const r of results) {
+    const shard = shardOf.get(r.requestId) ?? 0;
+    const s: Settlement = r.ok
+      ? { requestId: r.requestId, ok: true, orderId: r.orderId }
+      : { requestId: r.requestId, ok: false, reason: r.reason };
+    const list = byShard.get(shard);
+    if (list) {
+      list.push(s);
+    } else {
+      byShard.set(shard, [s]);
+    }
+  }
+  await Promise.all([...byShard].map(([shard, settlements]) => goodsStock(env, goods, shard).settle(settlements)));
 }
 
 async function scheduleTimeouts(env: Env, items: Parsed<OrderMessage>[], results: WriteResult[]): Promise<void> {

@@ -1,11 +1,11 @@
 import { Hono } from 'hono';
 import { z } from 'zod';
 import { withDbFor } from '../../../db/client';
-import { findGoods, insertGoods, setGoodsPaused, setGoodsQueue, toGoodsInit } from '../../../db/goods';
-import { goodsStock } from '../../../durable-objects/routing';
+import { findGoods, type GoodsRow, insertGoods, setGoodsPaused, setGoodsQueue, setGoodsShards, toGoodsInit } from '../../../db/goods';
 import { invalidateGoods } from '../../edge/goods-cache';
 import { goodsView } from '../../edge/goods-view';
 import { goodsStats } from '../../edge/stats';
+import { goodsSnapshot, initShards, pauseShards } from '../../edge/stock-shards';
 import { commitSeed, pushRoomSettings, queueOf } from '../../edge/waiting-room';
 import type { Config } from '../../kernel/config';
 import { CreateGoodsBody, GoodsId, UpdateGoodsBody } from '../../kernel/contract';
@@ -25,23 +25,30 @@ export const admin = new Hono<AppEnv>()
     const body = c.req.valid('json');
     const row = await withDbFor(c.var.config, (d) => insertGoods(d, body));
     await invalidateGoods(c.var.config);
-    // Pre-warm at once: the object exists before the first shopper arrives.
-    const snapshot = await goodsStock(c.env, row).init(toGoodsInit(row));
+    // Pre-warm at once: the objects exist (and the shards hold their leases) before the first shopper arrives.
+    const snapshot = await initShards(c.env, row, toGoodsInit(row));
     await commitSeed(c.env, row);
-    return c.json({ ...goodsView(row, snapshot, undefined, Date.now()), locationHint: row.locationHint, queue: queueOf(row) }, 201);
+    return c.json(goodsAnswer(row, snapshot), 201);
   })
 
   .put('/goods/:goodsId', valid('param', GoodsParam), valid('json', UpdateGoodsBody), async (c) => {
     const { goodsId } = c.req.valid('param');
     const body = c.req.valid('json');
-    const row = await withDbFor(c.var.config, async (d) => (body.queue ? setGoodsQueue(d, goodsId, body.queue) : findGoods(d, goodsId)));
+    const row = await withDbFor(c.var.config, async (d) => {
+      // The shard count first: a refused change (the sale started) changes nothing else either.
+      const resharded = body.shards === undefined ? undefined : await setGoodsShards(d, goodsId, body.shards, Date.now());
+      if (resharded === 'SALE_STARTED') {
+        throw new AppError('SALE_STARTED', 'shards can change only before the sale starts');
+      }
+      return body.queue ? setGoodsQueue(d, goodsId, body.queue) : (resharded ?? findGoods(d, goodsId));
+    });
     if (!row) {
       throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
     }
     await invalidateGoods(c.var.config);
     await Promise.all([commitSeed(c.env, row), pushRoomSettings(c.env, row)]);
-    const snapshot = await goodsStock(c.env, row).snapshot();
-    return c.json({ ...goodsView(row, snapshot, undefined, Date.now()), locationHint: row.locationHint, queue: queueOf(row) });
+    const snapshot = body.shards === undefined ? (await goodsSnapshot(c.env, row)).total : await initShards(c.env, row, toGoodsInit(row));
+    return c.json(goodsAnswer(row, snapshot));
   })
 
   .post('/goods/:goodsId/prewarm', valid('param', GoodsParam), async (c) => {
@@ -50,7 +57,7 @@ export const admin = new Hono<AppEnv>()
     if (!row) {
       throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
     }
-    const snapshot = await goodsStock(c.env, row).init(toGoodsInit(row));
+    const snapshot = await initShards(c.env, row, toGoodsInit(row));
     return c.json(snapshot);
   })
 
@@ -76,8 +83,12 @@ async function setPaused(env: Env, config: Config, goodsId: number, paused: bool
   }
   await invalidateGoods(config);
   await pushRoomSettings(env, row);
-  const stub = goodsStock(env, row);
-  // An object never used yet is created paused or not from the row just written.
-  const snapshot = (await stub.setPaused(paused)) ?? (await stub.init(toGoodsInit(row)));
+  // Every shard holds the switch; objects never used yet are created paused or not from the row just written.
+  const snapshot = (await pauseShards(env, row, paused)) ?? (await initShards(env, row, toGoodsInit(row)));
   return { goodsId, paused: snapshot.paused, remaining: snapshot.remaining };
+}
+
+/** The goods as the admin routes answer it: the view plus the settings only operators see. */
+function goodsAnswer(row: GoodsRow, snapshot: Parameters<typeof goodsView>[1]) {
+  return { ...goodsView(row, snapshot, undefined, Date.now()), locationHint: row.locationHint, queue: queueOf(row), shards: row.shards };
 }
