@@ -180,9 +180,11 @@ export class GoodsStock extends DurableObject<Env> {
     if (typeof loaded === 'string') {
       return items.map((i) => ({ ok: false, requestId: i.requestId, reason: loaded, replay: false }));
     }
-    if (saleIsOn(loaded, Date.now())) {
-      // A shard that cannot cover the batch asks for stock first (stock shards only).
-      await this.leases.beforeBatch(items.length);
+    // A stock shard that cannot cover the batch asks for stock first, until it can or none comes.
+    for (let round = 0; round < 3 && saleIsOn(loaded, Date.now()) && this.leases.short(items.length); round++) {
+      if (!(await this.leases.fill(items.length))) {
+        break;
+      }
     }
     const sale = this.sale ?? loaded;
     const now = Date.now();

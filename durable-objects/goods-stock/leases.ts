@@ -132,16 +132,24 @@ export class Leases {
     }
   }
 
-  /**
-   * Before a batch: a shard that cannot cover `need` units asks for stock now (the shoppers of
-   * the batch wait for it; shard 0 sweeps the other shards). Never throws: a shard that got
-   * nothing answers from what it has.
-   */
-  async beforeBatch(need: number): Promise<void> {
+  /** True when this shard of a sharded goods cannot cover `need` units from what it holds. */
+  short(need: number): boolean {
     const sale = this.host.sale();
-    if (!sale || this.row.shards <= 1 || sale.remaining >= need) {
-      return;
+    return sale !== undefined && this.row.shards > 1 && sale.remaining < need;
+  }
+
+  /**
+   * A shard that cannot cover a batch asks for stock now (the batch's shoppers wait for it;
+   * shard 0 sweeps the other shards). True when it got some: the caller checks again, with no
+   * await between its last check and its transaction, since another batch may take them first.
+   * Never throws: a shard that got nothing answers from what it has.
+   */
+  async fill(need: number): Promise<boolean> {
+    const sale = this.host.sale();
+    if (!sale) {
+      return false;
     }
+    const before = sale.remaining;
     try {
       if (this.row.shard === 0) {
         await this.sweep(sale, need - sale.remaining, 0);
@@ -151,6 +159,7 @@ export class Leases {
     } catch (error) {
       log.warn('goods_stock.dry_refill_failed', { goodsId: sale.goodsId, shard: this.row.shard, error });
     }
+    return (this.host.sale()?.remaining ?? 0) > before;
   }
 
   /** After a batch: a shard running low refills in the background, off the shoppers' path. */
@@ -232,8 +241,13 @@ export class Leases {
       return prior;
     }
     this.saveReport(from, reported);
-    if (dry && sale.remaining < need && Date.now() >= this.dryUntil) {
+    // Another asker's sweep may be the one running, gathering for itself: sweep again if short.
+    for (let round = 0; round < 3 && dry && sale.remaining < need && Date.now() >= this.dryUntil; round++) {
+      const before = sale.remaining;
       await this.sweep(sale, need - sale.remaining, from);
+      if (sale.remaining <= before) {
+        break;
+      }
     }
     const current = this.host.sale() ?? sale;
     const granted = this.host.storage.transactionSync((): Grant => {
@@ -280,7 +294,12 @@ export class Leases {
     return sale.remaining + (others ?? 0);
   }
 
-  /** Takes up to `need` free units back from the other shards (except `exclude`), richest first. Single-flight. */
+  /**
+   * Takes free units back from the other shards (except `exclude`): first from the one that last
+   * reported most, then, if still short, from all the others at once (each asked for what is
+   * missing, so a sweep costs two round trips at most, and may bring back more than asked:
+   * the surplus stays in the pool). Single-flight.
+   */
   private async sweep(sale: Sale, need: number, exclude: number): Promise<void> {
     if (this.sweeping) {
       return this.sweeping;
@@ -295,12 +314,11 @@ export class Leases {
       const order = Array.from({ length: this.row.shards - 1 }, (_, i) => i + 1)
         .filter((j) => j !== exclude)
         .sort((a, b) => (reported.get(b) ?? 1) - (reported.get(a) ?? 1));
-      let got = 0;
-      for (const j of order) {
-        if (got >= need) {
-          break;
-        }
-        got += await this.reclaimFrom(sale, j, need - got);
+      const [richest, ...rest] = order;
+      let got = richest === undefined ? 0 : await this.reclaimFrom(sale, richest, need);
+      if (got < need) {
+        const more = await Promise.all(rest.map((j) => this.reclaimFrom(sale, j, need - got)));
+        got += more.reduce((a, b) => a + b, 0);
       }
       if (got === 0) {
         this.dryUntil = Date.now() + DRY_MEMO_MS;
