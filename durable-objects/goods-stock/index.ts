@@ -75,18 +75,11 @@ export class GoodsStock extends DurableObject<Env> {
       retryAt,
       persist: (state) => this.store.saveMirrorState(state),
     });
-    this.leases = new Leases({
-      sql: ctx.storage.sql,
-      storage: ctx.storage,
-      env,
-      sale: () => this.sale,
-      stockChanged: (remaining) => {
-        this.mirror.noteStock(remaining);
-        this.syncMirror();
-      },
-      retryAt,
-      waitUntil: (p) => ctx.waitUntil(p),
-    });
+    const stockChanged = (remaining: number) => {
+      this.mirror.noteStock(remaining);
+      this.syncMirror();
+    };
+    this.leases = new Leases(ctx, env, { sale: () => this.sale, stockChanged, retryAt });
     void ctx.blockConcurrencyWhile(async () => {
       const now = Date.now();
       let restored = 0;
@@ -223,19 +216,15 @@ export class GoodsStock extends DurableObject<Env> {
   }
 
   // Stock shards (leases.ts): shard 0 answers grant and report, the others giveBack.
-
-  /** Shard 0: a lease for shard `from` (see Leases.grant). */
   async grant(goodsId: number, from: number, grantId: string, want: number, need: number, dry: boolean, reported: number): Promise<Grant> {
     const sale = await this.ensureSale(goodsId, 0);
     return typeof sale === 'string' ? { units: 0 } : this.leases.grant(sale, from, grantId, want, need, dry, reported);
   }
 
-  /** Shard 0: another shard's stock after a release there. */
   async report(shard: number, remaining: number): Promise<void> {
     this.leases.report(shard, remaining);
   }
 
-  /** Any shard but 0: gives shard 0 up to `max` free units back. */
   async giveBack(_goodsId: number, reclaimId: string, max: number): Promise<GiveBack> {
     return this.leases.giveBack(reclaimId, max);
   }
@@ -356,16 +345,8 @@ export class GoodsStock extends DurableObject<Env> {
     if (!this.sale) {
       throw new Error('snapshot of an uninitialised sale');
     }
-    const snapshot = stockSnapshot(this.store, this.sale, {
-      mirrorStaleSince: this.mirror.staleSinceMs,
-      reserveRequests: this.reserveRequests,
-    });
-    const { shard, shards } = this.leases;
-    if (shards <= 1) {
-      return snapshot;
-    }
-    const pool = shard === 0 ? { goodsRemaining: this.leases.goodsRemaining(this.sale) } : {};
-    return { ...snapshot, shard, shards, poolCalls: this.leases.poolCalls, ...pool };
+    const instance = { mirrorStaleSince: this.mirror.staleSinceMs, reserveRequests: this.reserveRequests };
+    return this.leases.decorate(stockSnapshot(this.store, this.sale, instance), this.sale);
   }
 
   /** Sends due outbox rows to the order queue. Single-flight: concurrent callers share a run. */

@@ -1,6 +1,8 @@
+import type { StockSnapshot } from '../../workers/kernel/contract';
 import { log } from '../../workers/kernel/log';
 import { leaseChunk } from '../../workers/kernel/shards';
 import { goodsStock } from '../routing';
+import { type LeaseRow, LeaseStore } from './lease-store';
 import type { Sale } from './storage';
 
 // Stock shards of a hot goods. Shard 0 (the object a one-shard goods has always had) holds the
@@ -26,26 +28,13 @@ const EMPTY_BACKOFF_MS = 2_000;
 /** Shard 0 answers dry asks without a sweep for this long after a sweep found nothing (a release ends it). */
 const DRY_MEMO_MS = 1_000;
 
-type LeaseRow = {
-  shard: number;
-  shards: number;
-  location_hint: string | null;
-  pending_grant: string | null;
-  given_id: string | null;
-  given_units: number;
-};
-
-/** What the lease logic needs of its object. */
+/** What the lease logic needs of its object beyond its state: its sale, and what to do when stock moved. */
 export type LeaseHost = {
-  sql: SqlStorage;
-  storage: DurableObjectStorage;
-  env: Env;
   sale(): Sale | undefined;
   /** The shard's stock changed outside a reservation batch: mirror it. */
   stockChanged(remaining: number): void;
   /** Asks for an alarm at `at` (a lost answer is asked again then). */
   retryAt(at: number): void;
-  waitUntil(p: Promise<unknown>): void;
 };
 
 /** A shard's answer to shard 0's give-back, and shard 0's answer to a lease ask. */
@@ -60,15 +49,18 @@ export class Leases {
   private dryUntil = 0;
   /** Calls to shard 0's pool this instance made (grants asked) and answered (shard 0: grants and give-backs asked). */
   poolCalls = 0;
+  private readonly store: LeaseStore;
 
-  constructor(private readonly host: LeaseHost) {}
+  private readonly host: LeaseHost & { storage: DurableObjectStorage; env: Env; waitUntil(p: Promise<unknown>): void };
+
+  constructor(ctx: DurableObjectState, env: Env, host: LeaseHost) {
+    this.store = new LeaseStore(ctx.storage.sql);
+    this.host = { ...host, storage: ctx.storage, env, waitUntil: (p) => ctx.waitUntil(p) };
+  }
 
   /** Reads this shard's place; call while the object loads. */
   load(): void {
-    const r = this.host.sql.exec<LeaseRow>('SELECT * FROM lease_state WHERE id = 1').toArray()[0];
-    if (r) {
-      this.row = r;
-    }
+    this.row = this.store.row() ?? this.row;
   }
 
   get shard(): number {
@@ -81,20 +73,11 @@ export class Leases {
 
   /** Work left from a lost answer (a grant not credited, a give-back not credited). */
   get pending(): boolean {
-    return this.row.pending_grant !== null || this.host.sql.exec('SELECT 1 FROM lease_reclaim LIMIT 1').toArray().length > 0;
+    return this.row.pending_grant !== null || this.store.pendingReclaims().length > 0;
   }
 
   private save(): void {
-    const r = this.row;
-    this.host.sql.exec(
-      'INSERT OR REPLACE INTO lease_state (id, shard, shards, location_hint, pending_grant, given_id, given_units) VALUES (1, ?, ?, ?, ?, ?, ?)',
-      r.shard,
-      r.shards,
-      r.location_hint,
-      r.pending_grant,
-      r.given_id,
-      r.given_units,
-    );
+    this.store.saveRow(this.row);
   }
 
   private stub(sale: Sale, shard: number) {
@@ -102,7 +85,7 @@ export class Leases {
   }
 
   private saveRemaining(sale: Sale): void {
-    this.host.sql.exec('UPDATE sale SET remaining = ? WHERE id = 1', sale.remaining);
+    this.store.saveRemaining(sale.remaining);
   }
 
   /**
@@ -112,7 +95,7 @@ export class Leases {
    */
   async configure(shard: number, shards: number, locationHint: string | null | undefined, lease: boolean): Promise<void> {
     const before = this.row.shards;
-    const first = this.host.sql.exec('SELECT 1 FROM lease_state').toArray().length === 0;
+    const first = this.store.row() === undefined;
     if (first || before !== shards || this.row.shard !== shard || (locationHint ?? null) !== this.row.location_hint) {
       this.row = { ...this.row, shard, shards, location_hint: locationHint ?? null };
       this.save();
@@ -259,7 +242,7 @@ export class Leases {
       const units = Math.max(0, Math.min(want, current.remaining - keep));
       current.remaining -= units;
       this.saveRemaining(current);
-      this.host.sql.exec('INSERT OR REPLACE INTO lease_grant (shard, grant_id, units) VALUES (?, ?, ?)', from, grantId, units);
+      this.store.saveGrant(from, grantId, units);
       this.saveReport(from, reported + units);
       return { units };
     });
@@ -270,10 +253,8 @@ export class Leases {
   }
 
   private priorGrant(from: number, grantId: string): Grant | undefined {
-    const r = this.host.sql
-      .exec<{ grant_id: string; units: number }>('SELECT grant_id, units FROM lease_grant WHERE shard = ?', from)
-      .toArray()[0];
-    return r?.grant_id === grantId ? { units: r.units } : undefined;
+    const last = this.store.lastGrant(from);
+    return last?.grantId === grantId ? { units: last.units } : undefined;
   }
 
   /** A shard's stock as it last told shard 0; a release there ends the dry memo (the unit may be sold elsewhere). */
@@ -283,15 +264,21 @@ export class Leases {
   }
 
   private saveReport(shard: number, remaining: number): void {
-    this.host.sql.exec('INSERT OR REPLACE INTO lease_report (shard, remaining) VALUES (?, ?)', shard, remaining);
+    this.store.saveReport(shard, remaining);
   }
 
   /** Shard 0's own units plus what the others last reported (an upper bound while they sell). */
+  /** A snapshot as a shard of a sharded goods tells it: its place, its pool calls, and (shard 0) the goods' figure. */
+  decorate(snapshot: StockSnapshot, sale: Sale): StockSnapshot {
+    if (this.row.shards <= 1) {
+      return snapshot;
+    }
+    const pool = this.row.shard === 0 ? { goodsRemaining: this.goodsRemaining(sale) } : {};
+    return { ...snapshot, shard: this.row.shard, shards: this.row.shards, poolCalls: this.poolCalls, ...pool };
+  }
+
   goodsRemaining(sale: Sale): number {
-    const others = this.host.sql
-      .exec<{ n: number | null }>('SELECT sum(remaining) AS n FROM lease_report WHERE shard > 0 AND shard < ?', this.row.shards)
-      .one().n;
-    return sale.remaining + (others ?? 0);
+    return sale.remaining + this.store.reportedOthers(this.row.shards);
   }
 
   /**
@@ -305,12 +292,7 @@ export class Leases {
       return this.sweeping;
     }
     this.sweeping = (async () => {
-      const reported = new Map(
-        this.host.sql
-          .exec<{ shard: number; remaining: number }>('SELECT shard, remaining FROM lease_report')
-          .toArray()
-          .map((r) => [r.shard, r.remaining]),
-      );
+      const reported = this.store.reports();
       const order = Array.from({ length: this.row.shards - 1 }, (_, i) => i + 1)
         .filter((j) => j !== exclude)
         .sort((a, b) => (reported.get(b) ?? 1) - (reported.get(a) ?? 1));
@@ -331,10 +313,10 @@ export class Leases {
 
   /** One give-back from shard `j`, credited once; an unanswered one stays pending for the alarm. */
   private async reclaimFrom(sale: Sale, j: number, max: number): Promise<number> {
-    let id = this.host.sql.exec<{ reclaim_id: string }>('SELECT reclaim_id FROM lease_reclaim WHERE shard = ?', j).toArray()[0]?.reclaim_id;
+    let id = this.store.pendingReclaim(j);
     if (!id) {
       id = crypto.randomUUID();
-      this.host.sql.exec('INSERT INTO lease_reclaim (shard, reclaim_id) VALUES (?, ?)', j, id);
+      this.store.savePendingReclaim(j, id);
     }
     const reclaimId = id;
     this.poolCalls++;
@@ -348,11 +330,10 @@ export class Leases {
     }
     const current = this.host.sale() ?? sale;
     const credited = this.host.storage.transactionSync(() => {
-      const still = this.host.sql.exec('SELECT 1 FROM lease_reclaim WHERE shard = ? AND reclaim_id = ?', j, reclaimId).toArray().length > 0;
-      if (!still) {
+      if (this.store.pendingReclaim(j) !== reclaimId) {
         return 0;
       }
-      this.host.sql.exec('DELETE FROM lease_reclaim WHERE shard = ?', j);
+      this.store.clearReclaim(j);
       current.remaining += reply.units;
       this.saveRemaining(current);
       this.saveReport(j, reply.remaining);
@@ -412,9 +393,8 @@ export class Leases {
     if (this.row.pending_grant !== null) {
       await this.refill(0, false).catch(() => undefined);
     }
-    const reclaims = this.host.sql.exec<{ shard: number }>('SELECT shard FROM lease_reclaim').toArray();
-    for (const r of reclaims) {
-      await this.reclaimFrom(sale, r.shard, 0);
+    for (const shard of this.store.pendingReclaims()) {
+      await this.reclaimFrom(sale, shard, 0);
     }
   }
 }

@@ -30,7 +30,7 @@ function storedVersion(stub: ReturnType<typeof stockObject>): Promise<number> {
 describe('the goods object schema', () => {
   it('is at this build version for a new object', async () => {
     const { goodsId } = await createGoods({ stock: 1 });
-    expect(SCHEMA_VERSION).toBe(3);
+    expect(SCHEMA_VERSION).toBe(4);
     expect(await storedVersion(stockObject(goodsId))).toBe(SCHEMA_VERSION);
   });
 
