@@ -5,7 +5,22 @@ import { seckillOrder } from '../../db/schema';
 import { goodsStock } from '../../durable-objects/routing';
 import type { StockSnapshot } from '../../workers/kernel/contract';
 import { shardOf } from '../../workers/kernel/shards';
-import { ADMIN, bearer, buyOrder, call, createGoods, devToken, json, purchaseToken, reconcileNow, settled, sql, stats } from './helpers';
+import {
+  ADMIN,
+  bearer,
+  buy,
+  buyOrder,
+  call,
+  createGoods,
+  devToken,
+  driveTimeouts,
+  json,
+  purchaseToken,
+  reconcileNow,
+  settled,
+  sql,
+  type stats,
+} from './helpers';
 
 // A hot goods spread over several stock objects: leases from shard 0's pool, background
 // refills, the endgame's give-backs, releases, and the totals across shards.
@@ -211,5 +226,41 @@ describe('stock shards: a sale', () => {
     expect(calls).toBeGreaterThanOrEqual(SHARDS - 1);
     expect(calls).toBeLessThanOrEqual(6 * SHARDS);
     await settled(goodsId, 60_000);
+  });
+
+  it('a timed-out order gives its unit back to its shard, and a shopper of another shard buys it', async () => {
+    const { goodsId } = await createGoods({ stock: 1, shards: SHARDS });
+    const [first] = usersOn('timeout-first', 6, SHARDS, 1);
+    const held = await buyOrder(first ?? '', goodsId);
+    await settled(goodsId);
+    const timeout = await driveTimeouts([{ orderId: held.orderId, goodsId }], Date.now() + 3600_000);
+    expect(timeout.explicitAcks).toHaveLength(1);
+    expect((await settled(goodsId)).doRemaining).toBe(1);
+    expect((await shardSnapshots(goodsId))[6]?.remaining).toBe(1);
+    const [second] = usersOn('timeout-second', 1, SHARDS, 1);
+    const resold = await buyOrder(second ?? '', goodsId);
+    expect(Math.floor(Number(resold.orderId.split('-')[1]) / 1e10)).toBe(1);
+    expect(await settled(goodsId)).toMatchObject({ doRemaining: 0, dbStock: 0, orders: { PENDING_PAYMENT: 1, CLOSED_TIMEOUT: 1 } });
+  });
+});
+
+describe('stock shards: the sale rules hold on every shard', () => {
+  it('one unit per shopper, pause and resume on every shard', async () => {
+    const { goodsId } = await createGoods({ stock: 20, shards: SHARDS });
+    const [a, b] = usersOn('rules-a', 4, SHARDS, 2);
+    expect((await buy(a ?? '', goodsId)).status).toBe(202);
+    const twice = await buy(a ?? '', goodsId);
+    expect(twice.status).toBe(409);
+    expect(twice.body).toMatchObject({ error: { code: 'ALREADY_PURCHASED' } });
+
+    expect((await call(`/admin/goods/${goodsId}/pause`, { method: 'POST', headers: ADMIN })).status).toBe(200);
+    const snapshots = await shardSnapshots(goodsId);
+    expect(snapshots.every((x) => x?.paused === true)).toBe(true);
+    const paused = await buy(b ?? '', goodsId);
+    expect(paused.status).toBe(423);
+    expect((await call(`/admin/goods/${goodsId}/resume`, { method: 'POST', headers: ADMIN })).status).toBe(200);
+    const [c] = usersOn('rules-c', 7, SHARDS, 1);
+    expect((await buy(c ?? '', goodsId)).status).toBe(202);
+    expect(await settled(goodsId)).toMatchObject({ doRemaining: 18, orders: { PENDING_PAYMENT: 2 } });
   });
 });
