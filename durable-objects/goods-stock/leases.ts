@@ -25,8 +25,12 @@ import type { Sale } from './storage';
 const LOW_WATER = 0.5;
 /** After a refill or sweep found nothing, the pool is not asked again in the background for this long. */
 const EMPTY_BACKOFF_MS = 2_000;
-/** Shard 0 answers dry asks without a sweep for this long after a sweep found nothing (a release ends it). */
-const DRY_MEMO_MS = 1_000;
+/**
+ * A grant answered this recently may still be on its way to its shard (neither shard counts its
+ * units then): a dry ask whose sweep found nothing waits a moment and sweeps again.
+ */
+const IN_FLIGHT_MS = 300;
+const IN_FLIGHT_WAIT_MS = 25;
 
 /** What the lease logic needs of its object beyond its state: its sale, and what to do when stock moved. */
 export type LeaseHost = {
@@ -46,8 +50,8 @@ export class Leases {
   private refilling: Promise<void> | undefined;
   private sweeping: Promise<void> | undefined;
   private emptyUntil = 0;
-  private dryUntil = 0;
-  /** Calls to shard 0's pool this instance made (grants asked) and answered (shard 0: grants and give-backs asked). */
+  private lastGrantAt = 0;
+  /** Calls between shards this instance made: grants asked of shard 0, or (shard 0) give-backs asked of the others. */
   poolCalls = 0;
   private readonly store: LeaseStore;
 
@@ -135,7 +139,7 @@ export class Leases {
     const before = sale.remaining;
     try {
       if (this.row.shard === 0) {
-        await this.sweep(sale, need - sale.remaining, 0);
+        await this.sweep(sale, this.sweepTarget(sale, need), 0);
       } else {
         await this.refill(need, true);
       }
@@ -218,19 +222,22 @@ export class Leases {
    * units back from the other shards. The same grant id gets the same answer.
    */
   async grant(sale: Sale, from: number, grantId: string, want: number, need: number, dry: boolean, reported: number): Promise<Grant> {
-    this.poolCalls++;
     const prior = this.priorGrant(from, grantId);
     if (prior) {
       return prior;
     }
     this.saveReport(from, reported);
     // Another asker's sweep may be the one running, gathering for itself: sweep again if short.
-    for (let round = 0; round < 3 && dry && sale.remaining < need && Date.now() >= this.dryUntil; round++) {
+    for (let round = 0; round < 3 && dry && sale.remaining < need; round++) {
       const before = sale.remaining;
-      await this.sweep(sale, need - sale.remaining, from);
-      if (sale.remaining <= before) {
+      await this.sweep(sale, this.sweepTarget(sale, need), from);
+      if (sale.remaining > before) {
+        continue;
+      }
+      if (Date.now() - this.lastGrantAt >= IN_FLIGHT_MS) {
         break;
       }
+      await new Promise((resolve) => setTimeout(resolve, IN_FLIGHT_WAIT_MS));
     }
     const current = this.host.sale() ?? sale;
     const granted = this.host.storage.transactionSync((): Grant => {
@@ -242,6 +249,9 @@ export class Leases {
       const units = Math.max(0, Math.min(want, current.remaining - keep));
       current.remaining -= units;
       this.saveRemaining(current);
+      if (units > 0) {
+        this.lastGrantAt = Date.now();
+      }
       this.store.saveGrant(from, grantId, units);
       this.saveReport(from, reported + units);
       return { units };
@@ -257,10 +267,9 @@ export class Leases {
     return last?.grantId === grantId ? { units: last.units } : undefined;
   }
 
-  /** A shard's stock as it last told shard 0; a release there ends the dry memo (the unit may be sold elsewhere). */
+  /** A shard's stock as it last told shard 0 (after a release there: the next sweep asks it first). */
   report(shard: number, remaining: number): void {
     this.saveReport(shard, remaining);
-    this.dryUntil = 0;
   }
 
   private saveReport(shard: number, remaining: number): void {
@@ -281,11 +290,17 @@ export class Leases {
     return sale.remaining + this.store.reportedOthers(this.row.shards);
   }
 
+  /** A sweep gathers a lease's worth, so the next dry asks are answered from the pool without one. */
+  private sweepTarget(sale: Sale, need: number): number {
+    return Math.max(need, leaseChunk(sale.totalStock, this.row.shards)) - sale.remaining;
+  }
+
   /**
    * Takes free units back from the other shards (except `exclude`): first from the one that last
-   * reported most, then, if still short, from all the others at once (each asked for what is
-   * missing, so a sweep costs two round trips at most, and may bring back more than asked:
-   * the surplus stays in the pool). Single-flight.
+   * reported most, then, if still short, from the others that reported stock, all at once (each
+   * asked for what is missing, so a sweep may bring back more than asked: the surplus stays in
+   * the pool); and only when all that found nothing, from those that reported none. Three round
+   * trips at most. Single-flight.
    */
   private async sweep(sale: Sale, need: number, exclude: number): Promise<void> {
     if (this.sweeping) {
@@ -293,17 +308,20 @@ export class Leases {
     }
     this.sweeping = (async () => {
       const reported = this.store.reports();
-      const order = Array.from({ length: this.row.shards - 1 }, (_, i) => i + 1)
-        .filter((j) => j !== exclude)
-        .sort((a, b) => (reported.get(b) ?? 1) - (reported.get(a) ?? 1));
-      const [richest, ...rest] = order;
+      const others = Array.from({ length: this.row.shards - 1 }, (_, i) => i + 1).filter((j) => j !== exclude);
+      const known = (j: number) => reported.get(j) ?? 1;
+      const [richest, ...rest] = others.filter((j) => known(j) > 0).sort((a, b) => known(b) - known(a));
       let got = richest === undefined ? 0 : await this.reclaimFrom(sale, richest, need);
-      if (got < need) {
-        const more = await Promise.all(rest.map((j) => this.reclaimFrom(sale, j, need - got)));
+      const askAll = async (shards: number[]) => {
+        const more = await Promise.all(shards.map((j) => this.reclaimFrom(sale, j, need - got)));
         got += more.reduce((a, b) => a + b, 0);
+      };
+      if (got < need) {
+        await askAll(rest);
       }
       if (got === 0) {
-        this.dryUntil = Date.now() + DRY_MEMO_MS;
+        // Last reported empty is a hint, not a fact (a release's report may be on its way).
+        await askAll(others.filter((j) => known(j) <= 0));
       }
     })().finally(() => {
       this.sweeping = undefined;

@@ -28,6 +28,8 @@ export type GoodsStats = {
   queue: Awaited<ReturnType<typeof roomStatsOf>> | null;
   /** Each stock shard's figures (one entry for a one-shard goods); they add up to the totals. */
   shards: ShardStock[];
+  /** Calls between the goods' shards (leases and give-backs) since their objects last started; 0 with one shard. */
+  poolCalls: number;
 };
 
 /**
@@ -88,5 +90,6 @@ export async function goodsStats(env: Env, config: Config, goodsId: number): Pro
     consistent,
     queue,
     shards,
+    poolCalls: snapshot?.poolCalls ?? 0,
   };
 }

@@ -158,7 +158,7 @@ export type StockSnapshot = {
    * figure for the waiting room that costs no call per shard (stats add the shards up exactly).
    */
   goodsRemaining?: number;
-  /** Lease calls this instance made or answered (grants, give-backs): how rarely shards need the pool. */
+  /** Calls to other shards this instance made (grants asked, give-backs asked): how rarely shards need the pool. */
   poolCalls?: number;
 };
 
