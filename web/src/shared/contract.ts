@@ -109,6 +109,8 @@ export const Stats = z.object({
   outboxPending: z.number(),
   deadLetters: z.nullish(z.number()),
   consistent: z.boolean(),
+  /** One entry per stock shard (absent from older servers). */
+  shards: z.optional(z.array(z.looseObject({ shard: z.number(), remaining: z.number() }))),
 });
 export type Stats = z.infer<typeof Stats>;
 
