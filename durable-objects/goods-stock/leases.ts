@@ -10,8 +10,8 @@ import type { Sale } from './storage';
 // other shards. Every other shard starts empty and asks shard 0 for a lease (leaseChunk units)
 // at init and again in the background when it runs low, so a shopper never waits on shard 0
 // unless their shard is dry. A dry shard asks with `dry` set: when the pool cannot cover the
-// batch, shard 0 takes unsold free units back from the other shards (give-backs) before the
-// shard answers SOLD_OUT. Released units go back to the shard that held the reservation; a
+// batch, shard 0 takes every unsold free unit back from the other shards (give-backs) before
+// the shard answers SOLD_OUT, and from then on hands out shares of what is left. Released units go back to the shard that held the reservation; a
 // give-back moves them to whoever can sell them.
 //
 // Units move between objects exactly once. The receiver of a grant records its id before it
@@ -51,6 +51,8 @@ export class Leases {
   private sweeping: Promise<void> | undefined;
   private emptyUntil = 0;
   private lastGrantAt = 0;
+  /** Shard 0 had to sweep: the stock left is handed out in shares (in memory: it only saves calls). */
+  private endgame = false;
   /** Calls between shards this instance made: grants asked of shard 0, or (shard 0) give-backs asked of the others. */
   poolCalls = 0;
   private readonly store: LeaseStore;
@@ -139,7 +141,7 @@ export class Leases {
     const before = sale.remaining;
     try {
       if (this.row.shard === 0) {
-        await this.sweep(sale, this.sweepTarget(sale, need), 0);
+        await this.sweep(sale, 0);
       } else {
         await this.refill(need, true);
       }
@@ -230,7 +232,7 @@ export class Leases {
     // Another asker's sweep may be the one running, gathering for itself: sweep again if short.
     for (let round = 0; round < 3 && dry && sale.remaining < need; round++) {
       const before = sale.remaining;
-      await this.sweep(sale, this.sweepTarget(sale, need), from);
+      await this.sweep(sale, from);
       if (sale.remaining > before) {
         continue;
       }
@@ -240,13 +242,17 @@ export class Leases {
       await new Promise((resolve) => setTimeout(resolve, IN_FLIGHT_WAIT_MS));
     }
     const current = this.host.sale() ?? sale;
+    // A background ask leaves shard 0 a lease of its own, and gets nothing in the endgame; a dry
+    // ask gets a lease, or in the endgame its need or a fair share of what is left.
+    const chunk = leaseChunk(current.totalStock, this.row.shards);
+    const keep = dry ? 0 : this.endgame ? current.remaining : chunk;
+    const share = this.endgame ? Math.max(need, Math.ceil(current.remaining / this.row.shards)) : want;
     const granted = this.host.storage.transactionSync((): Grant => {
       const again = this.priorGrant(from, grantId);
       if (again) {
         return again;
       }
-      const keep = dry ? 0 : leaseChunk(current.totalStock, this.row.shards);
-      const units = Math.max(0, Math.min(want, current.remaining - keep));
+      const units = Math.max(0, Math.min(share, current.remaining - keep));
       current.remaining -= units;
       this.saveRemaining(current);
       if (units > 0) {
@@ -290,39 +296,19 @@ export class Leases {
     return sale.remaining + this.store.reportedOthers(this.row.shards);
   }
 
-  /** A sweep gathers a lease's worth, so the next dry asks are answered from the pool without one. */
-  private sweepTarget(sale: Sale, need: number): number {
-    return Math.max(need, leaseChunk(sale.totalStock, this.row.shards)) - sale.remaining;
-  }
-
   /**
-   * Takes free units back from the other shards (except `exclude`): first from the one that last
-   * reported most, then, if still short, from the others that reported stock, all at once (each
-   * asked for what is missing, so a sweep may bring back more than asked: the surplus stays in
-   * the pool); and only when all that found nothing, from those that reported none. Three round
-   * trips at most. Single-flight.
+   * The endgame: takes every free unit back from the other shards (except `exclude`), all at
+   * once, one round trip. From then on shard 0 hands dry shards fair shares of what is left
+   * rather than leases, so the last units stay where every shard can reach them. Single-flight.
    */
-  private async sweep(sale: Sale, need: number, exclude: number): Promise<void> {
+  private async sweep(sale: Sale, exclude: number): Promise<void> {
     if (this.sweeping) {
       return this.sweeping;
     }
+    this.endgame = true;
     this.sweeping = (async () => {
-      const reported = this.store.reports();
       const others = Array.from({ length: this.row.shards - 1 }, (_, i) => i + 1).filter((j) => j !== exclude);
-      const known = (j: number) => reported.get(j) ?? 1;
-      const [richest, ...rest] = others.filter((j) => known(j) > 0).sort((a, b) => known(b) - known(a));
-      let got = richest === undefined ? 0 : await this.reclaimFrom(sale, richest, need);
-      const askAll = async (shards: number[]) => {
-        const more = await Promise.all(shards.map((j) => this.reclaimFrom(sale, j, need - got)));
-        got += more.reduce((a, b) => a + b, 0);
-      };
-      if (got < need) {
-        await askAll(rest);
-      }
-      if (got === 0) {
-        // Last reported empty is a hint, not a fact (a release's report may be on its way).
-        await askAll(others.filter((j) => known(j) <= 0));
-      }
+      await Promise.all(others.map((j) => this.reclaimFrom(sale, j, sale.totalStock)));
     })().finally(() => {
       this.sweeping = undefined;
     });
