@@ -52,6 +52,12 @@ export class LeaseStore {
     this.sql.exec('INSERT OR REPLACE INTO lease_report (shard, remaining) VALUES (?, ?)', shard, remaining);
   }
 
+  /** Every shard's last reported stock. */
+  reports(): Map<number, number> {
+    const rows = this.sql.exec<{ shard: number; remaining: number }>('SELECT shard, remaining FROM lease_report').toArray();
+    return new Map(rows.map((r) => [r.shard, r.remaining]));
+  }
+
   /** The sum of what shards 1..shards-1 last reported. */
   reportedOthers(shards: number): number {
     return (

@@ -298,7 +298,7 @@ export class Leases {
 
   /**
    * The endgame: takes every free unit back from the other shards (except `exclude`), all at
-   * once, one round trip. From then on shard 0 hands dry shards fair shares of what is left
+   * once (those that reported none only if the rest had nothing). From then on shard 0 hands dry shards fair shares of what is left
    * rather than leases, so the last units stay where every shard can reach them. Single-flight.
    */
   private async sweep(sale: Sale, exclude: number): Promise<void> {
@@ -308,7 +308,14 @@ export class Leases {
     this.endgame = true;
     this.sweeping = (async () => {
       const others = Array.from({ length: this.row.shards - 1 }, (_, i) => i + 1).filter((j) => j !== exclude);
-      await Promise.all(others.map((j) => this.reclaimFrom(sale, j, sale.totalStock)));
+      const reported = this.store.reports();
+      const ask = async (shards: number[]) =>
+        (await Promise.all(shards.map((j) => this.reclaimFrom(sale, j, sale.totalStock)))).reduce((a, b) => a + b, 0);
+      // A shard that last reported nothing is asked only when the others had nothing either: its
+      // figure is a hint (a release's report may be lost), not a fact.
+      if ((await ask(others.filter((j) => reported.get(j) !== 0))) === 0) {
+        await ask(others.filter((j) => reported.get(j) === 0));
+      }
     })().finally(() => {
       this.sweeping = undefined;
     });
