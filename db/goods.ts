@@ -1,8 +1,7 @@
-import { and, asc, count, eq, gt, inArray, sql } from 'drizzle-orm';
+import { and, asc, eq, gt, inArray, sql } from 'drizzle-orm';
 import { z } from 'zod';
-import type { CreateGoodsBody, GoodsInit, GoodsPlacement } from '../workers/kernel/contract';
+import type { CreateGoodsBody, GoodsInit, GoodsPlacement, UpdateGoodsBody } from '../workers/kernel/contract';
 import { PREWARM_AHEAD_MS, RECONCILE_ENDED_WITHIN_MS } from '../workers/kernel/schedule';
-import type { QueueSettings } from '../workers/kernel/waiting-room';
 import type { AnyDb, Db } from './client';
 import type { SqlExecutor } from './orders';
 import { ORDER_STATUS, seckillGoods, seckillOrder } from './schema';
@@ -26,6 +25,9 @@ export async function insertGoods(db: Db, body: CreateGoodsBody): Promise<GoodsR
       locationHint: body.locationHint ?? null,
       queue: body.queue ?? { mode: 'off' },
       shards: body.shards ?? 1,
+      perUserLimit: body.perUserLimit ?? 1,
+      limitScope: body.limitScope ?? 'goods',
+      eligibility: body.eligibility ?? 'open',
     })
     .returning();
   if (!row) {
@@ -64,9 +66,13 @@ export async function setGoodsPaused(db: Db, goodsId: number, paused: boolean): 
   return row;
 }
 
-/** Changes a goods' waiting-room settings. */
-export async function setGoodsQueue(db: Db, goodsId: number, queue: QueueSettings): Promise<GoodsRow | undefined> {
-  const [row] = await db.update(seckillGoods).set({ queue, updatedAt: new Date() }).where(eq(seckillGoods.id, goodsId)).returning();
+/** Changes a goods' settings that may change after creation: the waiting room and the sale rules. */
+export async function updateGoodsSettings(db: Db, goodsId: number, change: UpdateGoodsBody): Promise<GoodsRow | undefined> {
+  const [row] = await db
+    .update(seckillGoods)
+    .set({ ...change, updatedAt: new Date() })
+    .where(eq(seckillGoods.id, goodsId))
+    .returning();
   return row;
 }
 
@@ -86,32 +92,35 @@ export async function setGoodsShards(db: Db, goodsId: number, shards: number, no
   return (await findGoods(db, goodsId)) ? 'SALE_STARTED' : undefined;
 }
 
-/** Order counts by status for one goods. */
+/** The units of a set of orders (every count of orders is in units). */
+const units = sql<number>`coalesce(sum(${seckillOrder.quantity}), 0)::int`;
+
+/** Order units by status for one goods. */
 export async function countOrdersByStatus(db: Db, goodsId: number): Promise<Record<number, number>> {
   const rows = await db
-    .select({ status: seckillOrder.status, n: sql<number>`count(*)::int` })
+    .select({ status: seckillOrder.status, n: units })
     .from(seckillOrder)
     .where(eq(seckillOrder.goodsId, goodsId))
     .groupBy(seckillOrder.status);
   return Object.fromEntries(rows.map((r) => [r.status, r.n]));
 }
 
-/** Order counts by goods and status code, for several goods at once. */
+/** Order units by goods and status code, for several goods at once. */
 export function countOrdersByGoodsAndStatus(db: Db, goodsIds: number[]): Promise<{ goodsId: number; status: number; n: number }[]> {
   if (goodsIds.length === 0) {
     return Promise.resolve([]);
   }
   return db
-    .select({ goodsId: seckillOrder.goodsId, status: seckillOrder.status, n: count() })
+    .select({ goodsId: seckillOrder.goodsId, status: seckillOrder.status, n: units })
     .from(seckillOrder)
     .where(inArray(seckillOrder.goodsId, goodsIds))
     .groupBy(seckillOrder.goodsId, seckillOrder.status);
 }
 
-/** Live (pending or paid) orders of one goods. */
+/** Units of the live (pending or paid) orders of one goods. */
 export async function countLiveOrders(db: Db, goodsId: number): Promise<number> {
   const [row] = await db
-    .select({ n: sql<number>`count(*)::int` })
+    .select({ n: units })
     .from(seckillOrder)
     .where(and(eq(seckillOrder.goodsId, goodsId), sql`${seckillOrder.status} IN (${ORDER_STATUS.PENDING_PAYMENT}, ${ORDER_STATUS.PAID})`));
   return row?.n ?? 0;
@@ -132,6 +141,9 @@ export function toGoodsInit(row: GoodsRow): GoodsInit {
     payTimeoutSeconds: row.payTimeoutSeconds,
     shards: row.shards,
     locationHint: row.locationHint,
+    perUserLimit: row.perUserLimit,
+    limitScope: row.limitScope,
+    eligibility: row.eligibility,
   };
 }
 

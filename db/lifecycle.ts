@@ -2,12 +2,13 @@ import { and, asc, count, eq, lte, sql } from 'drizzle-orm';
 import { OVERDUE_GRACE_MS } from '../workers/kernel/schedule';
 import type { AnyDb, Db } from './client';
 import { mqConsumeLog, ORDER_STATUS, seckillGoods, seckillOrder } from './schema';
+import { recordOrderEvents } from './webhooks';
 
 export type OrderRow = typeof seckillOrder.$inferSelect;
 
 export type CloseResult =
-  /** The order moved to the target status and its unit went back to stock. */
-  | { kind: 'closed'; order: OrderRow }
+  /** The order moved to the target status and its unit went back to stock; `webhookIds` are its events to send. */
+  | { kind: 'closed'; order: OrderRow; webhookIds: string[] }
   /** The order was already closed or cancelled before (and maybe refunded since): nothing moved now. */
   | { kind: 'already-closed'; order: OrderRow }
   /** Paid: the unit stays sold. */
@@ -17,8 +18,9 @@ export type CloseResult =
 
 /**
  * Closes a pending order (cancelled by its owner, or its payment window over) and returns its
- * unit to Postgres' stock, in one transaction. The update is guarded by `status = PENDING`,
- * so a payment and a close racing for the same order end with exactly one winner.
+ * units to Postgres' stock, in one transaction. The update is guarded by `status = PENDING`,
+ * so a payment and a close racing for the same order end with exactly one winner. The shop's
+ * order.closed event is written in the same transaction.
  */
 export async function closePendingOrder(
   db: Db,
@@ -39,13 +41,14 @@ export async function closePendingOrder(
     if (closed) {
       await tx
         .update(seckillGoods)
-        .set({ stock: sql`${seckillGoods.stock} + 1`, updatedAt: new Date(now) })
+        .set({ stock: sql`${seckillGoods.stock} + ${closed.quantity}`, updatedAt: new Date(now) })
         .where(eq(seckillGoods.id, closed.goodsId));
       await tx
         .insert(mqConsumeLog)
         .values({ messageId: `close:${orderId}`, queue: 'lifecycle', status: 0, detail: String(to) })
         .onConflictDoNothing();
-      return { kind: 'closed', order: closed };
+      const webhookIds = await recordOrderEvents(tx, 'order.closed', [closed]);
+      return { kind: 'closed', order: closed, webhookIds };
     }
     const [order] = await tx.select().from(seckillOrder).where(eq(seckillOrder.id, orderId)).limit(1);
     if (!order) {

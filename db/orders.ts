@@ -1,9 +1,13 @@
 import { type SQL, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import type { FailReason, OrderMessage } from '../workers/kernel/contract';
+import { ORDER_STATUS } from '../workers/kernel/order-status';
+import { webhookOrder } from '../workers/kernel/webhooks';
+import { candidatesJson, outboxInsert } from './webhooks';
 
 export type WriteResult =
-  | { requestId: string; ok: true; orderId: string; created: boolean }
+  /** `webhookId`: the order.created event written with a new order, when the shop subscribed to it. */
+  | { requestId: string; ok: true; orderId: string; created: boolean; webhookId?: string }
   | { requestId: string; ok: false; reason: FailReason };
 
 /** Runs one statement: the HTTP client (one fetch) or a pool's client both fit. */
@@ -13,8 +17,32 @@ export type SqlExecutor = { execute(query: SQL): PromiseLike<{ rows: Record<stri
 const WrittenRow = z.object({
   request_id: z.string(),
   order_id: z.string().nullable(),
-  outcome: z.enum(['CREATED', 'EXISTING', 'ALREADY_PURCHASED', 'SOLD_OUT']),
+  outcome: z.enum(['CREATED', 'EXISTING', 'ALREADY_PURCHASED', 'LIMIT_REACHED', 'SOLD_OUT']),
+  webhook_id: z.string().nullable(),
 });
+
+/** The order.created events of a batch, should its orders be created (the statement keeps those that were). */
+function createdEvents(goodsId: number, messages: OrderMessage[], now: number): string {
+  return candidatesJson(
+    messages.map((m) => ({
+      type: 'order.created' as const,
+      order: webhookOrder({
+        id: m.orderId,
+        orderNo: m.orderNo,
+        goodsId,
+        activityId: m.activityId,
+        userId: m.userId,
+        status: ORDER_STATUS.PENDING_PAYMENT,
+        priceCents: m.priceCents,
+        quantity: m.quantity ?? 1,
+        payDeadline: new Date(now + m.payTimeoutSeconds * 1000),
+        createdAt: new Date(now),
+        paidAt: null,
+        closedAt: null,
+      }),
+    })),
+  );
+}
 
 /**
  * Writes one goods' reservations as orders in ONE statement (so one round trip, in its own
@@ -22,15 +50,27 @@ const WrittenRow = z.object({
  * takes the stock with one guarded update, falls back to row by row when Postgres has less
  * stock than the batch (the rows that fit land, the rest are SOLD_OUT), classifies every
  * message and writes the consume log. Idempotent: a message delivered twice finds its order
- * and reports it again. `now` starts the payment windows.
+ * and reports it again. `now` starts the payment windows. The same statement writes the shop's
+ * order.created events of the orders it created (when the shop subscribed), so an event exists
+ * exactly when its order does.
  */
 export async function writeOrders(db: SqlExecutor, goodsId: number, messages: OrderMessage[], now = Date.now()): Promise<WriteResult[]> {
   if (messages.length === 0) {
     return [];
   }
-  // The messages go as they are: the function reads the queue's own field names.
+  // The messages go as they are: the function reads the queue's own field names. The outbox
+  // insert reads the function's answer (a CTE), so both are one statement and one transaction.
   const { rows } = await db.execute(
-    sql`SELECT request_id, order_id, outcome FROM seckill_write_orders(${goodsId}::bigint, ${JSON.stringify(messages)}::jsonb, ${new Date(now).toISOString()}::timestamptz)`,
+    sql`WITH w AS MATERIALIZED (
+      SELECT f.request_id, f.order_id, f.outcome, f.n
+      FROM seckill_write_orders(${goodsId}::bigint, ${JSON.stringify(messages)}::jsonb, ${new Date(now).toISOString()}::timestamptz)
+        WITH ORDINALITY AS f(request_id, order_id, outcome, n)
+    ), hooks AS (
+      ${outboxInsert(createdEvents(goodsId, messages, now), sql`v.order_id IN (SELECT w.order_id FROM w WHERE w.outcome = 'CREATED')`)}
+    )
+    SELECT w.request_id, w.order_id, w.outcome, h.id AS webhook_id
+    FROM w LEFT JOIN hooks AS h ON h.order_id = w.order_id AND w.outcome = 'CREATED'
+    ORDER BY w.n`,
   );
   if (rows.length !== messages.length) {
     throw new Error(`seckill_write_orders answered ${rows.length} rows for ${messages.length} messages`);
@@ -44,7 +84,13 @@ export async function writeOrders(db: SqlExecutor, goodsId: number, messages: Or
       if (row.order_id === null) {
         throw new Error(`seckill_write_orders answered ${row.outcome} without an order id`);
       }
-      return { requestId: m.requestId, ok: true, orderId: row.order_id, created: row.outcome === 'CREATED' };
+      return {
+        requestId: m.requestId,
+        ok: true,
+        orderId: row.order_id,
+        created: row.outcome === 'CREATED',
+        ...(row.webhook_id === null ? {} : { webhookId: row.webhook_id }),
+      };
     }
     return { requestId: m.requestId, ok: false, reason: row.outcome };
   });

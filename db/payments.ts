@@ -4,6 +4,7 @@ import type { AnyDb, Db } from './client';
 import type { OrderRow } from './lifecycle';
 import { decidePaymentEvent, type EventOutcome, isPaymentStatus, type PaymentStatus } from './payment-decision';
 import { ORDER_STATUS, payment, paymentEvent, refund, seckillOrder } from './schema';
+import { recordOrderEvents } from './webhooks';
 
 export type PaymentRow = typeof payment.$inferSelect;
 export type RefundRow = typeof refund.$inferSelect;
@@ -49,7 +50,8 @@ export async function createPayment(
         id: input.paymentId,
         orderId: order.id,
         provider: input.provider,
-        amountCents: order.priceCents,
+        // The order's amount: its unit price times its units.
+        amountCents: order.priceCents * order.quantity,
         createdAt: new Date(now),
         updatedAt: new Date(now),
       })
@@ -75,7 +77,15 @@ export async function findPayment(db: AnyDb, paymentId: string): Promise<Payment
 }
 
 export type ApplyEventResult =
-  | { kind: 'applied'; outcome: EventOutcome; order: OrderRow; payment: PaymentRow; refund: RefundRow | undefined }
+  | {
+      kind: 'applied';
+      outcome: EventOutcome;
+      order: OrderRow;
+      payment: PaymentRow;
+      refund: RefundRow | undefined;
+      /** The shop's events this change wrote (order.paid or order.refunded), to send after the commit. */
+      webhookIds: string[];
+    }
   /** The same event again: nothing changes; the first answer is repeated. */
   | { kind: 'duplicate'; outcome: EventOutcome }
   /** An event id seen before with a different body. */
@@ -131,6 +141,10 @@ export async function applyPaymentEvent(db: Db, event: PaymentCallbackBody, now 
         : { kind: 'conflicting-duplicate' };
     }
     const nextOrder = decision.orderTo === undefined ? order : await moveOrder(tx, order, decision.orderTo, now);
+    const webhookIds =
+      decision.orderTo === undefined
+        ? []
+        : await recordOrderEvents(tx, decision.orderTo === ORDER_STATUS.PAID ? 'order.paid' : 'order.refunded', [nextOrder]);
     const nextPayment = decision.paymentTo === undefined ? paid : await movePayment(tx, paid, decision.paymentTo, now);
     let refunded: RefundRow | undefined;
     if (decision.refundReason) {
@@ -147,7 +161,7 @@ export async function applyPaymentEvent(db: Db, event: PaymentCallbackBody, now 
         .onConflictDoNothing()
         .returning();
     }
-    return { kind: 'applied', outcome: decision.outcome, order: nextOrder, payment: nextPayment, refund: refunded };
+    return { kind: 'applied', outcome: decision.outcome, order: nextOrder, payment: nextPayment, refund: refunded, webhookIds };
   });
 }
 

@@ -8,11 +8,13 @@ import {
   integer,
   jsonb,
   pgTable,
+  primaryKey,
   smallint,
   text,
   timestamp,
   uniqueIndex,
 } from 'drizzle-orm/pg-core';
+import type { Eligibility, LimitScope } from '../workers/kernel/contract';
 import { ORDER_STATUS } from '../workers/kernel/order-status';
 import type { QueueSettings } from '../workers/kernel/waiting-room';
 
@@ -42,6 +44,12 @@ export const seckillGoods = pgTable(
     queue: jsonb('queue').$type<QueueSettings>().notNull().default({ mode: 'off' }),
     /** Stock shards: how many objects hold the goods' stock (durable-objects/routing.ts). */
     shards: integer('shards').notNull().default(1),
+    /** Units one shopper may hold (over one or several orders). */
+    perUserLimit: smallint('per_user_limit').notNull().default(1),
+    /** `goods`, or `activity`: one live order per shopper across the activity's goods. */
+    limitScope: text('limit_scope').$type<LimitScope>().notNull().default('goods'),
+    /** `open`, or `allowlist`: only the shoppers of seckill_allowlist may buy. */
+    eligibility: text('eligibility').$type<Eligibility>().notNull().default('open'),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
@@ -51,6 +59,9 @@ export const seckillGoods = pgTable(
     check('seckill_goods_window', sql`${t.endAt} > ${t.startAt}`),
     check('seckill_goods_pay_timeout', sql`${t.payTimeoutSeconds} BETWEEN 1 AND 43200`),
     check('seckill_goods_shards', sql`${t.shards} BETWEEN 1 AND 64`),
+    check('seckill_goods_per_user_limit', sql`${t.perUserLimit} BETWEEN 1 AND 100`),
+    check('seckill_goods_limit_scope', sql`${t.limitScope} IN ('goods', 'activity')`),
+    check('seckill_goods_eligibility', sql`${t.eligibility} IN ('open', 'allowlist')`),
     index('seckill_goods_window_idx').on(t.startAt, t.endAt),
   ],
 );
@@ -69,7 +80,13 @@ export const seckillOrder = pgTable(
       .notNull()
       .references(() => seckillGoods.id),
     activityId: bigint('activity_id', { mode: 'number' }).notNull(),
+    /** The unit price; the order's amount is priceCents × quantity. */
     priceCents: integer('price_cents').notNull(),
+    quantity: smallint('quantity').notNull().default(1),
+    /** The goods' limit scope when the order was made: `activity` orders meet the activity's unique index. */
+    limitScope: text('limit_scope').$type<LimitScope>().notNull().default('goods'),
+    /** The goods' per-shopper limit when the order was made (1: the one-live-order index applies). */
+    perUserLimit: smallint('per_user_limit').notNull().default(1),
     status: smallint('status').notNull().default(ORDER_STATUS.PENDING_PAYMENT),
     reservedAt: timestamp('reserved_at', { withTimezone: true, mode: 'date' }).notNull(),
     payDeadline: timestamp('pay_deadline', { withTimezone: true, mode: 'date' }).notNull(),
@@ -81,11 +98,34 @@ export const seckillOrder = pgTable(
   (t) => [
     uniqueIndex('seckill_order_order_no_uk').on(t.orderNo),
     uniqueIndex('seckill_order_request_id_uk').on(t.requestId),
-    // One live order per user and goods; a cancelled or closed one lets the user buy again.
-    uniqueIndex('seckill_order_user_goods_live_uk').on(t.userId, t.goodsId).where(sql`${t.status} IN (0, 1)`),
+    // One live order per user and goods where a shopper may hold one unit; a cancelled or closed
+    // one lets the user buy again. A larger limit is held by the goods' object (one per goods).
+    uniqueIndex('seckill_order_user_goods_live_uk')
+      .on(t.userId, t.goodsId)
+      .where(sql`${t.status} IN (0, 1) AND ${t.perUserLimit} = 1 AND ${t.limitScope} = 'goods'`),
+    // The seed's UNIQUE(user_id, activity_id): one live order per shopper across an activity's
+    // `activity`-scoped goods, the final guard behind the goods' objects (which see only their own).
+    uniqueIndex('seckill_order_user_activity_live_uk')
+      .on(t.userId, t.activityId)
+      .where(sql`${t.status} IN (0, 1) AND ${t.limitScope} = 'activity'`),
     index('seckill_order_goods_status_idx').on(t.goodsId, t.status),
+    // A shopper's orders of a goods: the units they hold (the eligibility answer).
+    index('seckill_order_user_goods_idx').on(t.userId, t.goodsId),
     index('seckill_order_pending_deadline_idx').on(t.payDeadline).where(sql`${t.status} = 0`),
   ],
+);
+
+/** The shoppers an `allowlist` goods is open to (copied into the goods' object, which checks it too). */
+export const seckillAllowlist = pgTable(
+  'seckill_allowlist',
+  {
+    goodsId: bigint('goods_id', { mode: 'number' })
+      .notNull()
+      .references(() => seckillGoods.id),
+    userId: text('user_id').notNull(),
+    createdAt: createdAt(),
+  },
+  (t) => [primaryKey({ columns: [t.goodsId, t.userId] })],
 );
 
 /** Business keys of consumed messages (e.g. `order:<requestId>`), so a redelivery is a no-op. */
@@ -175,4 +215,52 @@ export const reconciliationReport = pgTable(
     actions: jsonb('actions').notNull(),
   },
   (t) => [index('reconciliation_report_goods_idx').on(t.goodsId, t.runAt)],
+);
+
+/** The shop's webhook endpoint: at most one row (id 1). No row, or no events, means webhooks are off. */
+export const webhookConfig = pgTable(
+  'webhook_config',
+  {
+    id: smallint('id').primaryKey().default(1),
+    url: text('url').notNull(),
+    secret: text('secret').notNull(),
+    /** The event types sent: order.created, order.paid, order.closed, order.refunded. */
+    events: text('events').array().notNull(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [check('webhook_config_single_row', sql`${t.id} = 1`)],
+);
+
+/**
+ * The webhooks' outbox and delivery log: one row per event, written in the transaction of the
+ * order change it tells (so none is lost and none is sent for a change that rolled back). The
+ * id is the event id the shop sees; it is derived from the order and the event type, so a
+ * repeated change writes nothing and a redelivery keeps it.
+ */
+export const webhookDelivery = pgTable(
+  'webhook_delivery',
+  {
+    id: text('id').primaryKey(),
+    type: text('type').notNull(),
+    orderId: text('order_id').notNull(),
+    goodsId: bigint('goods_id', { mode: 'number' }).notNull(),
+    payload: jsonb('payload').notNull(),
+    /** PENDING, DELIVERED, FAILED */
+    status: text('status').notNull().default('PENDING'),
+    attempts: integer('attempts').notNull().default(0),
+    /** When the next attempt is due; while one is in flight, when it may be taken over. */
+    nextAttemptAt: timestamp('next_attempt_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow(),
+    /** Retries stop (FAILED) a fixed time after this: the event's creation, or its last redelivery. */
+    retrySince: timestamp('retry_since', { withTimezone: true, mode: 'date' }).notNull().defaultNow(),
+    lastAttemptAt: timestamp('last_attempt_at', { withTimezone: true, mode: 'date' }),
+    lastStatusCode: integer('last_status_code'),
+    lastError: text('last_error'),
+    deliveredAt: timestamp('delivered_at', { withTimezone: true, mode: 'date' }),
+    createdAt: createdAt(),
+  },
+  (t) => [
+    index('webhook_delivery_goods_status_idx').on(t.goodsId, t.status),
+    index('webhook_delivery_created_idx').on(t.createdAt),
+    index('webhook_delivery_pending_due_idx').on(t.nextAttemptAt).where(sql`${t.status} = 'PENDING'`),
+  ],
 );

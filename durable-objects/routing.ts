@@ -1,4 +1,5 @@
 import { type GoodsPlacement, LocationHint } from '../workers/kernel/contract';
+import { watchedStub } from '../workers/kernel/object-calls';
 import { fnv1a, shardOf } from '../workers/kernel/shards';
 import { ROOM_SHARDS } from '../workers/kernel/waiting-room';
 
@@ -13,10 +14,19 @@ function hintOf(goods: GoodsPlacement): DurableObjectLocationHint | undefined {
   return parsed.success ? parsed.data : undefined;
 }
 
-function placed<T extends Rpc.DurableObjectBranded | undefined>(ns: DurableObjectNamespace<T>, name: string, goods: GoodsPlacement) {
+/** The stub of `name`; dev builds can count and delay its calls (workers/kernel/object-calls.ts). */
+function named<T extends Rpc.DurableObjectBranded | undefined>(ns: DurableObjectNamespace<T>, name: string, goods?: GoodsPlacement) {
   const id = ns.idFromName(name);
-  const locationHint = hintOf(goods);
-  return locationHint ? ns.get(id, { locationHint }) : ns.get(id);
+  const locationHint = goods ? hintOf(goods) : undefined;
+  const stub = locationHint ? ns.get(id, { locationHint }) : ns.get(id);
+  if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+    return watchedStub(name, stub);
+  }
+  return stub;
+}
+
+function placed<T extends Rpc.DurableObjectBranded | undefined>(ns: DurableObjectNamespace<T>, name: string, goods: GoodsPlacement) {
+  return named(ns, name, goods);
 }
 
 /** The name of a goods' stock shard: shard 0 is the object a one-shard goods has always had. */
@@ -66,7 +76,7 @@ export function guardShardNames(): string[] {
 
 /** The guard shard called `name` (see guardShardName). */
 export function guardShardByName(env: Env, name: string) {
-  return env.EDGE_GUARD.get(env.EDGE_GUARD.idFromName(name));
+  return named(env.EDGE_GUARD, name);
 }
 
 /** The guard shard that owns a client key (`ip:…`, `user:…`, `challenge:…`). */
@@ -81,12 +91,12 @@ export function allGuardShards(env: Env) {
 
 /** The one object holding the runtime limits. */
 export function limitsStore(env: Env) {
-  return env.LIMITS_STORE.get(env.LIMITS_STORE.idFromName('limits'));
+  return named(env.LIMITS_STORE, 'limits');
 }
 
 /** The EdgeGuard instance that held the runtime limits before the limits store (read once by the store). */
 export function legacyLimitsHolder(env: Env) {
-  return env.EDGE_GUARD.get(env.EDGE_GUARD.idFromName('config:limits'));
+  return named(env.EDGE_GUARD, 'config:limits');
 }
 
 /** The admission gate of a goods, placed near the goods' stock object. */
@@ -96,7 +106,7 @@ export function admissionGate(env: Env, goods: GoodsPlacement) {
 
 /** The one object that holds the metrics totals of every isolate. */
 export function metricsHub(env: Env) {
-  return env.METRICS.get(env.METRICS.idFromName('metrics'));
+  return named(env.METRICS, 'metrics');
 }
 
 // The waiting room (durable-objects/waiting-room/): per goods, ROOM_SHARDS shard objects that

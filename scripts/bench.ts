@@ -3,57 +3,28 @@
 // connection count. Phases: warm-up; floor (GET /api/health); purchases while stock lasts;
 // the consumer draining them; sold-out answers; the consumer on a backlog beside a plain-INSERT
 // floor; the invariants. See BENCH_USAGE in lib/bench/options.ts and docs/performance.md.
-import { randomBytes } from 'node:crypto';
 import { loadavg } from 'node:os';
-import { type PhaseRequest, runPhase } from './lib/bench/cannon.ts';
+import { acceptedCollector, purchaseRequests } from './lib/bench/buyers.ts';
+import { runPhase } from './lib/bench/cannon.ts';
 import { batchSummary, measureConsumer, measureInsertFloor, orderMessages } from './lib/bench/consumer.ts';
 import { benchInvariants } from './lib/bench/invariants.ts';
-import { benchSecrets, type ReadyUser, shopperMinter } from './lib/bench/mint.ts';
+import { benchSecrets, shopperMinter } from './lib/bench/mint.ts';
+import { byClass, countCalls, objectCallsApi } from './lib/bench/objects.ts';
 import { BENCH_USAGE, type BenchOptions, isUsageError, parseBenchOptions } from './lib/bench/options.ts';
+import { type BenchContext, classicPhase, delayPhase, modelPhase, queuePhase, shardPhase } from './lib/bench/phases.ts';
 import { type CpuProfile, connectProfiler, summarizeProfile } from './lib/bench/profile.ts';
-import { environment, formatBench, saveResult, targets, withRatios } from './lib/bench/report.ts';
+import { environment, formatBench, saveResult, withRatios } from './lib/bench/report.ts';
 import { startBenchStack } from './lib/bench/stack.ts';
+import { targets } from './lib/bench/targets.ts';
 import { freePort } from './lib/free-port.ts';
 import { adminApi, LOAD_TEST_LIMITS } from './lib/load/admin.ts';
 import { httpClient } from './lib/load/http-client.ts';
 import { fmt, round } from './lib/load/metrics.ts';
+import { buildBundle } from './lib/miniflare-stack.ts';
 
 /** The order consumer's batch size (wrangler.toml, max_batch_size of the order queue). */
 const CONSUMER_BATCH = 100;
 const say = (line: string) => process.stderr.write(`${line}\n`);
-
-function purchaseRequests(shoppers: ReadyUser[], goodsId: number, keyed: boolean) {
-  let i = 0;
-  return {
-    next(): PhaseRequest {
-      // Never reached: a phase sends at most as many requests as there are shoppers.
-      const s = shoppers[Math.min(i++, shoppers.length - 1)];
-      if (!s) {
-        throw new Error('a purchase phase needs at least one shopper');
-      }
-      const headers: Record<string, string> = { authorization: `Bearer ${s.jwt}`, 'content-type': 'application/json' };
-      if (keyed) {
-        headers['idempotency-key'] = randomBytes(12).toString('base64url');
-      }
-      return { method: 'POST', path: `/api/seckill/do/${s.path}`, headers, body: JSON.stringify({ goodsId, token: s.token }) };
-    },
-    get used() {
-      return i;
-    },
-  };
-}
-
-/** Collects the request ids of 202 answers. */
-function acceptedCollector(into: Set<string>) {
-  return (status: number, body: string | undefined) => {
-    if (status === 202) {
-      const id = /"requestId":"([^"]+)"/.exec(body ?? '')?.[1];
-      if (id) {
-        into.add(id);
-      }
-    }
-  };
-}
 
 async function bench(o: BenchOptions) {
   const startedAt = new Date().toISOString();
@@ -61,8 +32,11 @@ async function bench(o: BenchOptions) {
   const secrets = benchSecrets();
   say('Building the Worker bundle and starting it under Miniflare...');
   const minter = await shopperMinter(secrets);
-  const inspectorPort = o.profile ? await freePort() : undefined;
+  // The model's CPU per object call comes from a profile, so the inspector is always on.
+  const inspectorPort = await freePort();
+  const bundle = await buildBundle();
   const { stack, orderBatches, events, eventSamples } = await startBenchStack({
+    bundle,
     databaseUrl: o.databaseUrl,
     redisUrl: o.redisUrl,
     assets: o.assets,
@@ -71,15 +45,16 @@ async function bench(o: BenchOptions) {
     inspectorPort,
   });
   const http = httpClient(stack.url, { maxSockets: 8 });
-  const profiler = inspectorPort ? await connectProfiler(inspectorPort) : undefined;
+  const profiler = await connectProfiler(inspectorPort);
   const profiles: Record<string, CpuProfile> = {};
   /** Runs a phase, CPU-profiled under --profile. */
   const profiled = async <T>(name: string, run: () => Promise<T>): Promise<T> => {
-    await profiler?.start();
-    const result = await run();
-    if (profiler) {
-      profiles[name] = await profiler.stop();
+    if (!o.profile) {
+      return run();
     }
+    await profiler.start();
+    const result = await run();
+    profiles[name] = await profiler.stop();
     return result;
   };
   try {
@@ -88,6 +63,22 @@ async function bench(o: BenchOptions) {
     const phase = (extra: Partial<Parameters<typeof runPhase>[0]>) =>
       runPhase({ url: stack.url, connections: o.connections, durationS: o.durationS, ...extra });
     const keyed = o.idempotencyKeys;
+    // Every object call of the run is counted (the stubs made from here on).
+    const calls = objectCallsApi(http, stack.adminToken);
+    await calls.set({ watch: true, delayMs: 0, reset: true });
+    const ctx: BenchContext = {
+      o,
+      url: stack.url,
+      http,
+      admin,
+      calls,
+      minter,
+      secrets,
+      profiler,
+      scriptPath: bundle.scriptPath,
+      phase,
+      say,
+    };
 
     // Goods: one on sale with more stock than the phase can sell, one with a single unit.
     const warmCount = Math.max(o.connections, 2_000);
@@ -123,7 +114,9 @@ async function bench(o: BenchOptions) {
     const purchaseStarted = Date.now();
     const acceptedInPhase = new Set<string>();
     const onPurchase = acceptedCollector(acceptedInPhase);
-    const purchase = await profiled('purchase', () => phase({ maxRequests: count, next: buyers.next, onAnswer: onPurchase }));
+    const { result: purchase, counts: purchaseCalls } = await countCalls(calls, () =>
+      profiled('purchase', () => phase({ maxRequests: count, next: buyers.next, onAnswer: onPurchase })),
+    );
     const purchaseEnded = Date.now();
     for (const id of acceptedInPhase) {
       acceptedSale.add(id);
@@ -165,6 +158,13 @@ async function bench(o: BenchOptions) {
     say('Insert floor: the same rows as plain multi-row INSERTs...');
     const insertFloor = await measureInsertFloor({ databaseUrl: stack.services.databaseUrl, messages, batchSize: CONSUMER_BATCH });
 
+    const model = await modelPhase(ctx, { calls: byClass(purchaseCalls), accepted: acceptedInPhase.size, rps: purchase.rps });
+    const delayed = o.objectDelayMs > 0 ? await delayPhase(ctx, purchase) : undefined;
+    const acceptedPerSec = round(acceptedInPhase.size / Math.max(purchase.durationS, 0.001));
+    const sharded = o.shards > 0 ? await shardPhase(ctx, { acceptedPerSec, shoppers: count }) : undefined;
+    const line = o.queueShoppers > 0 ? await queuePhase(ctx) : undefined;
+    const classic = await classicPhase(ctx, count);
+
     say('Invariants...');
     const invariants = await benchInvariants({
       admin,
@@ -172,6 +172,10 @@ async function bench(o: BenchOptions) {
       goods: [
         { name: 'purchase', goodsId: sale.goodsId, accepted: acceptedSale },
         { name: 'sold out', goodsId: soldOutGoods.goodsId, accepted: acceptedSoldOut },
+        ...model.goods,
+        ...(delayed?.goods ?? []),
+        ...(sharded?.goods ?? []),
+        ...(line?.goods ?? []),
       ],
       settleTimeoutMs: 120_000,
     });
@@ -193,11 +197,22 @@ async function bench(o: BenchOptions) {
         idempotencyKeys: keyed,
         assets: o.assets,
         profile: o.profile,
+        objectDelayMs: o.objectDelayMs,
+        shards: o.shards,
+        queueShoppers: o.queueShoppers,
+        admitPerSecond: o.admitPerSecond,
         redis: Boolean(o.redisUrl),
         limits,
       },
       floor,
-      purchase: { ...purchase, accepted: acceptedInPhase.size, shoppersUsed: buyers.used, shoppersMade: count },
+      purchase: {
+        ...purchase,
+        accepted: acceptedInPhase.size,
+        acceptedPerSec,
+        shoppersUsed: buyers.used,
+        shoppersMade: count,
+        objectCalls: purchaseCalls,
+      },
       soldOut: { ...soldOut, shoppersUsed: latecomers.used, shoppersMade: soldOutCount },
       consumer: {
         ordersPerSec: backlog.ordersPerSec,
@@ -216,17 +231,23 @@ async function bench(o: BenchOptions) {
           drain: batchSummary(orderBatches(), purchaseEnded, drainedAt),
         },
       },
+      model: model.result,
+      objectDelay: delayed?.result ?? null,
+      shards: sharded?.result ?? null,
+      queue: line?.result ?? null,
+      classic,
       invariants,
       workerEvents: events(),
       workerEventSamples: eventSamples(),
-      ...(profiler ? { profile: Object.fromEntries(Object.entries(profiles).map(([k, p]) => [k, summarizeProfile(p)])) } : {}),
+      ...(o.profile ? { profile: Object.fromEntries(Object.entries(profiles).map(([k, p]) => [k, summarizeProfile(p)])) } : {}),
       loadAverageAtEnd: loadavg().map((x) => round(x, 2)),
     });
     return { result: { ...result, targets: targets(result) }, profiles };
   } finally {
-    profiler?.close();
+    profiler.close();
     http.close();
     await stack.close();
+    await bundle.remove();
   }
 }
 

@@ -6,13 +6,16 @@ import { type AdminApi, adminApi, LOAD_TEST_LIMITS } from './lib/load/admin.ts';
 import type { Limits } from './lib/load/contract.ts';
 import { type Progress, runShopperLoad } from './lib/load/flow.ts';
 import { type HttpClient, httpClient } from './lib/load/http-client.ts';
-import { fmt } from './lib/load/metrics.ts';
+import { fmt, type StepSummary } from './lib/load/metrics.ts';
 import { isUsageError, type LoadOptions, parseLoadOptions, USAGE } from './lib/load/options.ts';
+import { runOutsiders } from './lib/load/outsiders.ts';
 import { formatLoadReport, loadReport, progressLine, type RunGoods } from './lib/load/report.ts';
 import { devShoppers, readJwtFile, type Shopper } from './lib/load/shoppers.ts';
 import { loadVerdict, verifyOrders } from './lib/load/verdict.ts';
 
 const say = (line: string) => process.stderr.write(`${line}\n`);
+/** At most this many outsiders (a tenth of the shoppers otherwise). */
+const MAX_OUTSIDERS = 1000;
 
 async function main(): Promise<number> {
   let options: ReturnType<typeof parseLoadOptions>;
@@ -68,9 +71,16 @@ async function main(): Promise<number> {
 async function run(options: LoadOptions, http: HttpClient, admin: AdminApi, rememberLimits: (limits: Limits) => void): Promise<number> {
   let goods: RunGoods;
   if (options.stock !== undefined) {
-    const created = await admin.createGoods({ stock: options.stock, title: `Load test ${new Date().toISOString()}` });
+    const created = await admin.createGoods({
+      stock: options.stock,
+      title: `Load test ${new Date().toISOString()}`,
+      ...(options.quantity !== 1 ? { perUserLimit: options.quantity } : {}),
+      ...(options.allowlist ? { eligibility: 'allowlist' as const } : {}),
+    });
     goods = { goodsId: created.goodsId, created: true, stock: options.stock };
-    say(`Created goods ${goods.goodsId} with ${fmt(options.stock)} units.`);
+    say(
+      `Created goods ${goods.goodsId} with ${fmt(options.stock)} units${options.quantity !== 1 ? `, up to ${options.quantity} per shopper` : ''}.`,
+    );
   } else if (options.goodsId !== undefined) {
     const stats = await admin.stats(options.goodsId);
     goods = { goodsId: options.goodsId, created: false, stock: stats.totalStock };
@@ -94,10 +104,32 @@ async function run(options: LoadOptions, http: HttpClient, admin: AdminApi, reme
     shoppers = await devShoppers(http, { count, prefix, concurrency: options.concurrency });
   }
 
+  let outsiders: Shopper[] = [];
+  if (options.allowlist) {
+    const started = Date.now();
+    const count = await admin.addToAllowlist(
+      goods.goodsId,
+      shoppers.map((s) => s.userId),
+    );
+    say(`Allowlist: ${fmt(count)} shoppers loaded in ${fmt(Date.now() - started)} ms.`);
+    outsiders = await devShoppers(http, {
+      count: Math.min(MAX_OUTSIDERS, Math.max(1, Math.ceil(shoppers.length / 10))),
+      prefix: `out${Date.now().toString(36)}`,
+      concurrency: options.concurrency,
+    });
+  }
+
   if (options.raiseLimits) {
     rememberLimits(await admin.getLimits());
     await admin.setLimits(LOAD_TEST_LIMITS);
     say(`Limits raised for the run: ${JSON.stringify(LOAD_TEST_LIMITS)}`);
+  }
+
+  // Before the buyers, while there is stock: a sold-out sale answers everyone SOLD_OUT first.
+  let outsiderTokens: StepSummary | undefined;
+  if (outsiders.length > 0) {
+    say(`Sending ${fmt(outsiders.length)} shoppers off the allowlist for a token...`);
+    outsiderTokens = await runOutsiders(http, goods.goodsId, outsiders, options);
   }
 
   say(`Preparing the first wave (${fmt(Math.min(options.lookahead, shoppers.length))} shoppers answer their challenge), then buying...`);
@@ -112,6 +144,7 @@ async function run(options: LoadOptions, http: HttpClient, admin: AdminApi, reme
     duplicates: options.duplicates,
     retries: options.retries,
     malformed: options.malformed,
+    quantity: options.quantity,
     lookahead: options.lookahead,
     pollIntervalMs: options.pollIntervalMs,
     settleTimeoutMs: options.settleTimeoutMs,
@@ -127,7 +160,7 @@ async function run(options: LoadOptions, http: HttpClient, admin: AdminApi, reme
     throw new Error(`the stats of goods ${goods.goodsId} could not be read`);
   }
   const orders = await verifyOrders(http, goods.goodsId, load.accepted, load.acceptedJwts, options.concurrency);
-  const verdict = loadVerdict({ stats, atRest, load, orders, createdGoods: goods.created });
+  const verdict = loadVerdict({ stats, atRest, load, orders, createdGoods: goods.created, quantity: options.quantity, outsiderTokens });
   const report = loadReport({ options, goods, shoppers: shoppers.length, load, stats, verdict, staleRetries: http.staleRetries });
   process.stdout.write(options.json ? `${JSON.stringify(report, null, 2)}\n` : `\n${formatLoadReport(report)}\n`);
   return verdict.ok ? 0 : 1;

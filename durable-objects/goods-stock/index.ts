@@ -15,12 +15,14 @@ import { log } from '../../workers/kernel/log';
 import { scheduleMetricsFlush } from '../../workers/metrics/flush';
 import { count } from '../../workers/metrics/registry';
 import { type MirrorCheck, MirrorSync } from '../../workers/mirror/sync';
+import { changeAllowlist } from './allowlist';
+import { countDecisions } from './decision-counts';
 import { KeyedAccepts } from './keyed-accepts';
 import { type GiveBack, type Grant, Leases } from './leases';
 import { refuseOne, releaseOne, reserveOne, restoreUnsettled, returnRefused } from './ledger';
 import { mirrorExpectation, mirrorFullState, mirrorGoods, noteAccepted } from './mirror-view';
 import { Outbox } from './outbox';
-import { countDecisions, goodsFromPostgres, resultView, saleIsOn, stockSnapshot } from './sale';
+import { goodsFromPostgres, resultView, saleIsOn, stockSnapshot } from './sale';
 import { OUTBOX_KEEPS_UNSETTLED } from './schema';
 import { type Sale, StockStorage } from './storage';
 
@@ -210,7 +212,7 @@ export class GoodsStock extends DurableObject<Env> {
       this.syncMirror();
       this.leases.afterBatch(now);
     }
-    countDecisions(sale.goodsId, outcomes);
+    countDecisions(sale.goodsId, items, outcomes);
     scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));
     return this.keyedAccepts.answer(items, outcomes, now);
   }
@@ -248,11 +250,11 @@ export class GoodsStock extends DurableObject<Env> {
             this.mirror.noteResult({ requestId: s.requestId, userId, value: `SUCCESS:${s.orderId}` });
           }
         } else if (s.reason === 'SOLD_OUT' && sale) {
-          const userId = refuseOne(this.store, sale, s.requestId, now);
-          if (userId !== undefined) {
+          const shopper = refuseOne(this.store, sale, s.requestId, now);
+          if (shopper !== undefined) {
             refused++;
-            this.mirror.noteUser(userId, false);
-            this.mirror.noteResult({ requestId: s.requestId, userId, value: 'FAIL:SOLD_OUT' });
+            this.mirror.noteUser(shopper.userId, shopper.stillHolds);
+            this.mirror.noteResult({ requestId: s.requestId, userId: shopper.userId, value: 'FAIL:SOLD_OUT' });
           }
         } else if (this.releaseUnit(s.requestId, s.reason, now)) {
           released++;
@@ -310,7 +312,7 @@ export class GoodsStock extends DurableObject<Env> {
     if (!this.sale || !released) {
       return false;
     }
-    this.mirror.noteUser(released.userId, false);
+    this.mirror.noteUser(released.userId, released.stillHolds);
     this.mirror.noteStock(this.sale.remaining);
     if (released.wasQueued) {
       this.mirror.noteResult({ requestId, userId: released.userId, value: `FAIL:${reason}` });
@@ -321,6 +323,11 @@ export class GoodsStock extends DurableObject<Env> {
   /** The answer for one request, for the result route (which checks the owner). */
   async result(requestId: string): Promise<ResultView | undefined> {
     return resultView(this.store, requestId);
+  }
+
+  /** Adds and removes shoppers of the sale's allowlist (one chunk of a larger change); how many it holds. */
+  async changeAllowlist(add: string[], remove: string[]): Promise<{ count: number }> {
+    return { count: this.ctx.storage.transactionSync(() => changeAllowlist(this.ctx.storage.sql, add, remove)) };
   }
 
   async setPaused(paused: boolean): Promise<StockSnapshot | undefined> {

@@ -1,4 +1,4 @@
-// The stock shards' tables (schema.ts, version 4) and every statement on them, for leases.ts.
+// The stock shards' tables (schema.ts, version 5) and every statement on them, for leases.ts.
 // Synchronous, like storage.ts: the caller runs them inside one step of the object's thread.
 
 /** This shard's place: its index, the goods' shard count, the grant it awaits, its last give-back. */

@@ -1,6 +1,6 @@
 import type { FailReason, OrderMessage, ReserveItem, ReserveOutcome } from '../../workers/kernel/contract';
 import { SHARD_SEQ_SPAN } from '../../workers/kernel/shards';
-import { decide, orderNumber } from './rules';
+import { decide, orderNumber, quantityOf } from './rules';
 import type { Sale, StockStorage } from './storage';
 
 // Applying the rules' decisions to storage, inside the caller's synchronous transaction. The
@@ -9,7 +9,13 @@ import type { Sale, StockStorage } from './storage';
 /** One reservation: decide, then apply the decision. */
 export function reserveOne(store: StockStorage, sale: Sale, item: ReserveItem, now: number): ReserveOutcome {
   const decision = decide(
-    { sale, prior: (id) => store.prior(id), tokenUsed: (t) => store.tokenUsed(t), userHolds: (u) => store.userHolds(u) },
+    {
+      sale,
+      prior: (id) => store.prior(id),
+      tokenUsed: (t) => store.tokenUsed(t),
+      userUnits: (u) => store.userUnits(u),
+      allowed: (u) => store.allowed(u),
+    },
     item,
     now,
   );
@@ -27,21 +33,30 @@ export function reserveOne(store: StockStorage, sale: Sale, item: ReserveItem, n
     if (item.keyed && decision.reason !== 'TOKEN_INVALID') {
       store.rememberRejection(item, decision.reason, now);
     }
-    return { ok: false, requestId: item.requestId, reason: decision.reason, replay: false };
+    const left = decision.remaining === undefined ? {} : { remaining: decision.remaining };
+    return { ok: false, requestId: item.requestId, reason: decision.reason, replay: false, ...left };
   }
   return { ok: true, requestId: item.requestId, orderId: accept(store, sale, item, now), replay: false };
 }
 
 function accept(store: StockStorage, sale: Sale, item: ReserveItem, now: number): string {
   const seq = sale.nextSeq++;
-  sale.remaining--;
-  const message = orderMessage(sale, item, seq, now);
+  const quantity = quantityOf(item);
+  sale.remaining -= quantity;
+  const message = orderMessage(sale, { ...item, quantity }, seq, now);
   store.recordAccepted(item, message, now);
   return message.orderId;
 }
 
 /** The order message of the reservation with sequence `seq`, accepted at `at`; the same whenever it is built. */
-function orderMessage(sale: Sale, r: { requestId: string; userId: string }, seq: number, at: number): OrderMessage {
+function orderMessage(sale: Sale, r: { requestId: string; userId: string; quantity: number }, seq: number, at: number): OrderMessage {
+  // Fields beyond the first format only when they differ from its defaults: a one-unit,
+  // per-goods order's message is what it always was.
+  const rules = {
+    ...(r.quantity !== 1 ? { quantity: r.quantity } : {}),
+    ...(sale.limitScope !== 'goods' ? { limitScope: sale.limitScope } : {}),
+    ...(sale.perUserLimit !== 1 ? { perUserLimit: sale.perUserLimit } : {}),
+  };
   return {
     v: 1,
     kind: 'reserve',
@@ -54,6 +69,7 @@ function orderMessage(sale: Sale, r: { requestId: string; userId: string }, seq:
     priceCents: sale.priceCents,
     payTimeoutSeconds: sale.payTimeoutSeconds,
     reservedAt: at,
+    ...rules,
     // A stock shard other than 0 numbers its orders from shard * SHARD_SEQ_SPAN (kernel/shards.ts).
     ...(seq > SHARD_SEQ_SPAN ? { shard: Math.floor(seq / SHARD_SEQ_SPAN) } : {}),
   };
@@ -67,13 +83,17 @@ export function restoreUnsettled(store: StockStorage, sale: Sale, now: number): 
   const rows = store.unsettledWithoutOutbox();
   for (const r of rows) {
     const seq = Number(r.order_id.slice(r.order_id.indexOf('-') + 1));
-    store.restoreOutbox(orderMessage(sale, { requestId: r.request_id, userId: r.user_id }, seq, r.created_at), r.created_at, now);
+    store.restoreOutbox(
+      orderMessage(sale, { requestId: r.request_id, userId: r.user_id, quantity: r.quantity }, seq, r.created_at),
+      r.created_at,
+      now,
+    );
   }
   return rows.length;
 }
 
-/** What a release gave back: whose unit, and whether it was still waiting for Postgres. */
-export type Released = { userId: string; wasQueued: boolean };
+/** What a release gave back: whose units, whether it was still waiting for Postgres, and whether the shopper still holds some. */
+export type Released = { userId: string; wasQueued: boolean; stillHolds: boolean };
 
 /**
  * Gives a reservation's unit back (cancelled, timed out, or refused by Postgres). Idempotent:
@@ -84,28 +104,28 @@ export function releaseOne(store: StockStorage, sale: Sale, requestId: string, r
   if (!row || row.released === 1 || row.order_id === null) {
     return undefined;
   }
-  store.markReleased(row, reason, now);
-  sale.remaining = Math.min(sale.totalStock, sale.remaining + 1);
+  const held = store.markReleased(row, reason, now);
+  sale.remaining = Math.min(sale.totalStock, sale.remaining + row.quantity);
   store.saveRemaining(sale.remaining);
-  return { userId: row.user_id, wasQueued: row.status === 'QUEUED' };
+  return { userId: row.user_id, wasQueued: row.status === 'QUEUED', stillHolds: held > 0 };
 }
 
 /**
  * Postgres refused a queued reservation for want of stock (it holds less than this object): the
  * reservation fails SOLD_OUT and its shopper may try again, but the unit is held aside, not put
  * back on sale, or every next buyer would be accepted and refused the same way. Reconciliation
- * returns held units once Postgres has room. The refused shopper's id, or undefined when there
- * was nothing queued to refuse.
+ * returns held units once Postgres has room. The refused shopper (and whether they still hold
+ * units), or undefined when there was nothing queued to refuse.
  */
-export function refuseOne(store: StockStorage, sale: Sale, requestId: string, now: number): string | undefined {
+export function refuseOne(store: StockStorage, sale: Sale, requestId: string, now: number): Omit<Released, 'wasQueued'> | undefined {
   const row = store.reservation(requestId);
   if (!row || row.released === 1 || row.order_id === null || row.status !== 'QUEUED') {
     return undefined;
   }
-  store.markReleased(row, 'SOLD_OUT', now);
-  sale.refused++;
+  const held = store.markReleased(row, 'SOLD_OUT', now);
+  sale.refused += row.quantity;
   store.saveRefused(sale);
-  return row.user_id;
+  return { userId: row.user_id, stillHolds: held > 0 };
 }
 
 /** Puts up to `units` held-aside units back on sale; how many it returned. */

@@ -1,8 +1,8 @@
-import type { FailReason, ReserveItem } from '../../workers/kernel/contract';
+import type { Eligibility, FailReason, LimitScope, ReserveItem } from '../../workers/kernel/contract';
 
-// The seed's Lua script as plain functions over plain state: window, pause, token, per-user
-// dedupe, stock. The Durable Object reads the view from its SQLite tables, calls `decide`,
-// and applies the decision in the same synchronous transaction.
+// The seed's Lua script as plain functions over plain state: window, pause, token, eligibility,
+// the per-shopper limit, stock (in units). The Durable Object reads the view from its SQLite
+// tables, calls `decide`, and applies the decision in the same synchronous transaction.
 
 export type SaleState = {
   totalStock: number;
@@ -10,6 +10,11 @@ export type SaleState = {
   startAt: number;
   endAt: number;
   paused: boolean;
+  /** Units one shopper may hold at once (over one or several purchases). */
+  perUserLimit: number;
+  /** `activity`: one live reservation per shopper here; Postgres' unique index holds it across the activity. */
+  limitScope: LimitScope;
+  eligibility: Eligibility;
 };
 
 /** A request already answered, remembered for idempotency. */
@@ -19,13 +24,16 @@ export type ReservationView = {
   sale: SaleState;
   prior(requestId: string): PriorAnswer | undefined;
   tokenUsed(tokenId: string): boolean;
-  userHolds(userId: string): boolean;
+  /** Units the shopper holds now. */
+  userUnits(userId: string): number;
+  /** Whether the shopper is on the sale's allowlist (asked only of `allowlist` sales). */
+  allowed(userId: string): boolean;
 };
 
 export type Decision =
   | { kind: 'replay'; orderId: string | null; reason: FailReason | null }
   /** `spendToken`: the token was genuine and unused, so this attempt uses it up. */
-  | { kind: 'reject'; reason: FailReason; spendToken: boolean }
+  | { kind: 'reject'; reason: FailReason; spendToken: boolean; remaining?: number }
   | { kind: 'accept' };
 
 /** Decides one reservation. Pure: the caller applies the result before deciding the next. */
@@ -49,13 +57,45 @@ export function decide(view: ReservationView, item: ReserveItem, now: number): D
   if (sale.paused) {
     return { kind: 'reject', reason: 'PAUSED', spendToken: true };
   }
-  if (view.userHolds(item.userId)) {
-    return { kind: 'reject', reason: 'ALREADY_PURCHASED', spendToken: true };
+  if (sale.eligibility === 'allowlist' && !view.allowed(item.userId)) {
+    return { kind: 'reject', reason: 'NOT_ELIGIBLE', spendToken: true };
+  }
+  const limited = overLimit(sale, view.userUnits(item.userId), quantityOf(item));
+  if (limited) {
+    return { kind: 'reject', reason: limited, spendToken: true };
   }
   if (sale.remaining <= 0) {
     return { kind: 'reject', reason: 'SOLD_OUT', spendToken: true };
   }
+  if (sale.remaining < quantityOf(item)) {
+    // Refused whole, never part-filled: the shopper is told how many units are left.
+    return { kind: 'reject', reason: 'SOLD_OUT', spendToken: true, remaining: sale.remaining };
+  }
   return { kind: 'accept' };
+}
+
+/** The units a reservation asks for (1 from callers that name none). */
+export function quantityOf(item: Pick<ReserveItem, 'quantity'>): number {
+  return item.quantity ?? 1;
+}
+
+/**
+ * Why a shopper holding `held` units may not take `quantity` more, or undefined when they may.
+ * One unit per shopper (the default) keeps its old answer, ALREADY_PURCHASED; any other limit,
+ * and the activity scope's one live order, answer LIMIT_REACHED.
+ */
+export function overLimit(
+  sale: Pick<SaleState, 'perUserLimit' | 'limitScope'>,
+  held: number,
+  quantity: number,
+): 'ALREADY_PURCHASED' | 'LIMIT_REACHED' | undefined {
+  if (held > 0 && sale.limitScope === 'activity') {
+    return 'LIMIT_REACHED';
+  }
+  if (held + quantity <= sale.perUserLimit) {
+    return undefined;
+  }
+  return held > 0 && sale.perUserLimit === 1 && sale.limitScope === 'goods' ? 'ALREADY_PURCHASED' : 'LIMIT_REACHED';
 }
 
 /** Order number shown to shoppers: date, goods and the object's sequence. */

@@ -1,8 +1,7 @@
 import { dbOptions, withDb } from '../../db/client';
 import { findGoods, toGoodsInit } from '../../db/goods';
 import { getConfig } from '../../workers/kernel/config';
-import type { FailReason, GoodsInit, ReserveOutcome, ResultView, StockSnapshot } from '../../workers/kernel/contract';
-import { count } from '../../workers/metrics/registry';
+import type { FailReason, GoodsInit, ResultView, StockSnapshot } from '../../workers/kernel/contract';
 import type { Sale, StockStorage } from './storage';
 
 // The sale's two outside views: where its settings come from when nobody pre-warmed the
@@ -59,14 +58,4 @@ export function resultView(store: StockStorage, requestId: string): ResultView |
     ...(r.order_id && r.status !== 'FAIL' ? { orderId: r.order_id } : {}),
     ...(r.reason ? { reason: r.reason as FailReason } : {}),
   };
-}
-
-/** Counts a batch's decisions (the caller schedules the metrics flush). */
-export function countDecisions(goodsId: number, outcomes: ReserveOutcome[]): void {
-  for (const o of outcomes) {
-    count('seckill_reservations_total', {
-      goods_id: String(goodsId),
-      outcome: o.replay ? 'replay' : o.ok ? 'accepted' : o.reason.toLowerCase(),
-    });
-  }
 }

@@ -70,13 +70,32 @@ const V3_INDEXES_AND_TALLY = `
   END;`;
 
 /**
- * Version 4: stock shards (leases.ts). `lease_state` is this shard's place (its index, the
+ * Version 4: sale rules.
+ *
+ * - `sale.per_user_limit`, `limit_scope`, `eligibility`: the goods' rules (defaults: one unit,
+ *   per goods, open to all, as every sale was before).
+ * - `reservation.quantity`: the units a reservation holds (1 for rows made before).
+ * - `holder.units`: the units a shopper holds now, over all of their live reservations; the row
+ *   goes when it reaches 0, so `tally.holders` still counts shoppers.
+ * - `allowlist`: the shoppers an `allowlist` sale is open to, checked where the unit is taken.
+ */
+function v4SaleRules(sql: SqlStorage): void {
+  addColumn(sql, 'sale', 'per_user_limit', 'INTEGER NOT NULL DEFAULT 1');
+  addColumn(sql, 'sale', 'limit_scope', "TEXT NOT NULL DEFAULT 'goods'");
+  addColumn(sql, 'sale', 'eligibility', "TEXT NOT NULL DEFAULT 'open'");
+  addColumn(sql, 'reservation', 'quantity', 'INTEGER NOT NULL DEFAULT 1');
+  addColumn(sql, 'holder', 'units', 'INTEGER NOT NULL DEFAULT 1');
+  sql.exec('CREATE TABLE IF NOT EXISTS allowlist (user_id TEXT PRIMARY KEY) WITHOUT ROWID');
+}
+
+/**
+ * Version 5: stock shards (leases.ts). `lease_state` is this shard's place (its index, the
  * goods' shard count, the grant it asked for and not yet credited, the last give-back it
  * made); shard 0, which holds the goods' pool, keeps the last grant per shard (a repeated ask
  * gets the same answer), the give-backs it asked for and not yet credited, and each shard's
  * last reported stock.
  */
-const V4_STOCK_SHARDS = `
+const V5_STOCK_SHARDS = `
   CREATE TABLE IF NOT EXISTS lease_state (
     id INTEGER PRIMARY KEY CHECK (id = 1), shard INTEGER NOT NULL, shards INTEGER NOT NULL,
     location_hint TEXT, pending_grant TEXT, given_id TEXT, given_units INTEGER NOT NULL DEFAULT 0);
@@ -87,7 +106,7 @@ const V4_STOCK_SHARDS = `
 /**
  * The steps. Version 1 made the sale, its reservations, holders, spent tokens and the outbox.
  * Version 2 brings mirror_state behind the gate: builds before it created that table on their
- * own at load, so the step is written to find it already there. Version 3: see above.
+ * own at load, so the step is written to find it already there. Version 3 to 5: see above.
  */
 export const MIGRATIONS: readonly SchemaStep[] = [
   `CREATE TABLE IF NOT EXISTS sale (
@@ -108,7 +127,8 @@ export const MIGRATIONS: readonly SchemaStep[] = [
      attempts INTEGER NOT NULL DEFAULT 0, next_at INTEGER NOT NULL, created_at INTEGER NOT NULL);`,
   'CREATE TABLE IF NOT EXISTS mirror_state (id INTEGER PRIMARY KEY CHECK (id = 1), title TEXT NOT NULL, stale_since INTEGER)',
   v3CountersAndResends,
-  V4_STOCK_SHARDS,
+  v4SaleRules,
+  V5_STOCK_SHARDS,
 ];
 
 /** The first version whose outbox keeps a row until its reservation settles (older builds deleted it once sent). */

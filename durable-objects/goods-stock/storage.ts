@@ -30,6 +30,7 @@ export type ReservationRow = {
   reason: string | null;
   released: number;
   created_at: number;
+  quantity: number;
 };
 
 type SaleRow = {
@@ -44,6 +45,9 @@ type SaleRow = {
   pay_timeout_seconds: number;
   next_seq: number;
   refused: number;
+  per_user_limit: number;
+  limit_scope: string;
+  eligibility: string;
 };
 
 export type OutboxRow = { seq: number; body: string; attempts: number; sends: number };
@@ -55,10 +59,15 @@ export type Tally = { queued: number; confirmed: number; holders: number; unsent
 export type MirrorState = { title: string; staleSince: number | null };
 
 /** An unsettled reservation an older build sent and forgot: what its order message is rebuilt from. */
-export type UnsettledRow = Pick<ReservationRow, 'request_id' | 'user_id' | 'created_at'> & { order_id: string };
+export type UnsettledRow = Pick<ReservationRow, 'request_id' | 'user_id' | 'created_at' | 'quantity'> & { order_id: string };
 
 /** The schema version this build writes. */
 export const SCHEMA_VERSION = MIGRATIONS.length;
+
+/** The sale rules' columns, in the order insertSale and updateSettings bind them; absent ones keep the defaults. */
+function rulesOf(goods: GoodsInit): [number, string, string] {
+  return [goods.perUserLimit ?? 1, goods.limitScope ?? 'goods', goods.eligibility ?? 'open'];
+}
 
 /** The rows of a list of seqs, as one bound value (a statement takes at most 100 of them). */
 const SEQS_IN = 'seq IN (SELECT value FROM json_each(?))';
@@ -90,6 +99,9 @@ export class StockStorage {
       payTimeoutSeconds: r.pay_timeout_seconds,
       nextSeq: r.next_seq,
       refused: r.refused,
+      perUserLimit: r.per_user_limit,
+      limitScope: r.limit_scope === 'activity' ? 'activity' : 'goods',
+      eligibility: r.eligibility === 'allowlist' ? 'allowlist' : 'open',
     };
   }
 
@@ -99,8 +111,9 @@ export class StockStorage {
    */
   insertSale(goods: GoodsInit, shard = 0): void {
     this.sql.exec(
-      `INSERT INTO sale (id, goods_id, activity_id, price_cents, total_stock, remaining, start_at, end_at, paused, pay_timeout_seconds, next_seq)
-       VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO sale (id, goods_id, activity_id, price_cents, total_stock, remaining, start_at, end_at, paused, pay_timeout_seconds, next_seq,
+         per_user_limit, limit_scope, eligibility)
+       VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       goods.goodsId,
       goods.activityId,
       goods.priceCents,
@@ -111,19 +124,22 @@ export class StockStorage {
       goods.paused ? 1 : 0,
       goods.payTimeoutSeconds,
       firstSeqOf(shard),
+      ...rulesOf(goods),
     );
   }
 
   /** Refreshes the sale's settings; the stock stays the object's own. */
   updateSettings(goods: GoodsInit): void {
     this.sql.exec(
-      'UPDATE sale SET activity_id = ?, price_cents = ?, start_at = ?, end_at = ?, paused = ?, pay_timeout_seconds = ? WHERE id = 1',
+      `UPDATE sale SET activity_id = ?, price_cents = ?, start_at = ?, end_at = ?, paused = ?, pay_timeout_seconds = ?,
+         per_user_limit = ?, limit_scope = ?, eligibility = ? WHERE id = 1`,
       goods.activityId,
       goods.priceCents,
       goods.startAt,
       goods.endAt,
       goods.paused ? 1 : 0,
       goods.payTimeoutSeconds,
+      ...rulesOf(goods),
     );
   }
 
@@ -167,14 +183,19 @@ export class StockStorage {
     return this.sql.exec('SELECT 1 FROM used_token WHERE token_id = ?', tokenId).toArray().length > 0;
   }
 
-  userHolds(userId: string): boolean {
-    return this.sql.exec('SELECT 1 FROM holder WHERE user_id = ?', userId).toArray().length > 0;
+  allowed(userId: string): boolean {
+    return this.sql.exec('SELECT 1 FROM allowlist WHERE user_id = ?', userId).toArray().length > 0;
+  }
+
+  /** The units a shopper holds now (0 when none). */
+  userUnits(userId: string): number {
+    return this.sql.exec<{ units: number }>('SELECT units FROM holder WHERE user_id = ?', userId).toArray()[0]?.units ?? 0;
   }
 
   reservation(requestId: string): ReservationRow | undefined {
     return this.sql
       .exec<ReservationRow>(
-        'SELECT request_id, user_id, order_id, status, reason, released, created_at FROM reservation WHERE request_id = ?',
+        'SELECT request_id, user_id, order_id, status, reason, released, created_at, quantity FROM reservation WHERE request_id = ?',
         requestId,
       )
       .toArray()[0];
@@ -201,14 +222,21 @@ export class StockStorage {
   recordAccepted(item: ReserveItem, message: OrderMessage, now: number): void {
     this.spendToken(item);
     this.sql.exec(
-      "INSERT INTO reservation (request_id, user_id, order_id, status, created_at, keyed) VALUES (?, ?, ?, 'QUEUED', ?, ?)",
+      "INSERT INTO reservation (request_id, user_id, order_id, status, created_at, keyed, quantity) VALUES (?, ?, ?, 'QUEUED', ?, ?, ?)",
       item.requestId,
       item.userId,
       message.orderId,
       now,
       item.keyed ? 1 : 0,
+      message.quantity ?? 1,
     );
-    this.sql.exec('INSERT INTO holder (user_id, request_id) VALUES (?, ?)', item.userId, item.requestId);
+    // One row per shopper; a second purchase adds its units (an update: the tally counts shoppers).
+    this.sql.exec(
+      'INSERT INTO holder (user_id, request_id, units) VALUES (?, ?, ?) ON CONFLICT (user_id) DO UPDATE SET units = units + excluded.units, request_id = excluded.request_id',
+      item.userId,
+      item.requestId,
+      message.quantity ?? 1,
+    );
     this.sql.exec(
       'INSERT INTO outbox (request_id, body, next_at, created_at) VALUES (?, ?, ?, ?)',
       item.requestId,
@@ -236,9 +264,11 @@ export class StockStorage {
 
   /**
    * A reservation no longer holds a unit: one that never became an order reports the reason; an
-   * order keeps SUCCESS (its own status tells the story). Its holder and outbox row go.
+   * order keeps SUCCESS (its own status tells the story). Its units leave the shopper's holding
+   * (the holder row goes once it holds none) and its outbox row goes. The units the shopper
+   * still holds afterwards.
    */
-  markReleased(row: ReservationRow, reason: FailReason, now: number): void {
+  markReleased(row: ReservationRow, reason: FailReason, now: number): number {
     if (row.status === 'QUEUED') {
       this.sql.exec(
         "UPDATE reservation SET status = 'FAIL', reason = ?, released = 1, settled_at = ? WHERE request_id = ?",
@@ -249,8 +279,10 @@ export class StockStorage {
     } else {
       this.sql.exec('UPDATE reservation SET released = 1 WHERE request_id = ?', row.request_id);
     }
-    this.sql.exec('DELETE FROM holder WHERE user_id = ? AND request_id = ?', row.user_id, row.request_id);
+    this.sql.exec('UPDATE holder SET units = units - ? WHERE user_id = ?', row.quantity, row.user_id);
+    this.sql.exec('DELETE FROM holder WHERE user_id = ? AND units <= 0', row.user_id);
     this.sql.exec('DELETE FROM outbox WHERE request_id = ?', row.request_id);
+    return this.userUnits(row.user_id);
   }
 
   /** The counts the snapshot reports, kept by triggers: one row, whatever the sale's size. */
@@ -325,7 +357,7 @@ export class StockStorage {
   unsettledWithoutOutbox(): UnsettledRow[] {
     return this.sql
       .exec<UnsettledRow>(
-        `SELECT r.request_id, r.user_id, r.order_id, r.created_at FROM reservation AS r
+        `SELECT r.request_id, r.user_id, r.order_id, r.created_at, r.quantity FROM reservation AS r
          WHERE r.status = 'QUEUED' AND r.released = 0 AND r.order_id IS NOT NULL
            AND NOT EXISTS (SELECT 1 FROM outbox AS o WHERE o.request_id = r.request_id)`,
       )

@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { formatBench } from '../../scripts/lib/bench/report.ts';
 import { tsNode } from '../../scripts/lib/run-ts.ts';
 
 const script = fileURLToPath(new URL('../../scripts/bench.ts', import.meta.url));
@@ -33,8 +34,19 @@ type Result = {
     backlog: { orders: number };
     afterPurchase: { atRest: boolean };
   };
-  invariants: { ok: boolean; oversold: number; lost: number; duplicates: number; checks: { ok: boolean }[] };
+  invariants: { ok: boolean; oversold: number; lost: number; duplicates: number; checks: { ok: boolean; goods: string }[] };
   targets: { name: string; ok: boolean; actual: string }[];
+  model: {
+    model: {
+      inputs: { cls: string; callsPerPurchase: number; requestsPerPurchase: number; cpuMsPerCall: number | null }[];
+      scenarios: { shards: number; production: { purchasesPerSec: number | null; limitedBy: string | null } }[];
+    };
+    journey: { shoppers: number; accepted: number; perPurchase: { cls: string }[] };
+  };
+  objectDelay: Phase & { delayMs: number; accepted: number; sequentialCallsP50: number };
+  shards: { shardsAsked: number; shardsReported: number; soldAll: boolean; accepted: number };
+  queue: { shoppers: number; joined: number; admitted: number; accepted: number; liveMessages: number; timedOut: number };
+  classic: { skipped: string } | (Phase & { accepted: number; invariants: { ok: boolean } });
 };
 
 describe('npm run bench', () => {
@@ -48,7 +60,10 @@ describe('npm run bench', () => {
 
   it('measures every phase in one short run and writes latest.json with the invariants holding', async () => {
     out = await mkdtemp(join(tmpdir(), 'edge-seckill-bench-'));
-    const args = ['--duration', '2', '--warmup', '1', '--connections', '20', '--consumer-messages', '500', '--out', out, '--json'];
+    const args = [
+      ...['--duration', '2', '--warmup', '1', '--connections', '20', '--consumer-messages', '500'],
+      ...['--queue-shoppers', '60', '--admit-per-second', '100', '--out', out, '--json'],
+    ];
     if (process.env.TEST_DATABASE_URL) {
       args.push('--database-url', process.env.TEST_DATABASE_URL);
     }
@@ -90,7 +105,43 @@ describe('npm run bench', () => {
 
     expect(latest.invariants).toMatchObject({ ok: true, oversold: 0, lost: 0, duplicates: 0 });
     expect(latest.invariants.checks.length).toBeGreaterThan(10);
-    expect(latest.targets).toHaveLength(6);
-    expect(latest.targets.find((t) => t.name.startsWith('zero oversell'))?.ok).toBe(true);
+    expect(latest.targets).toHaveLength(10);
+    expect(latest.targets.find((t) => t.name.startsWith('zero oversold'))?.ok).toBe(true);
+    for (const t of latest.targets) {
+      expect(t.actual).not.toMatch(/not measured/);
+    }
+    // The printed table has the model and a verdict on every target.
+    const printed = formatBench(latest as unknown as Parameters<typeof formatBench>[0]);
+    expect(printed).toContain('Capacity model');
+    expect(printed.split('\n').filter((l) => /^ {2}(met {3}|MISSED) {2}/.test(l))).toHaveLength(10);
+
+    // The capacity model: the purchase reached the stock object and the guard shards, and the
+    // profile found CPU in the stock object's code.
+    const inputs = new Map(latest.model.model.inputs.map((i) => [i.cls, i]));
+    expect(inputs.get('GoodsStock')?.requestsPerPurchase).toBeGreaterThanOrEqual(1);
+    expect(inputs.get('EdgeGuard')?.callsPerPurchase).toBeGreaterThan(0);
+    expect(inputs.get('GoodsStock')?.cpuMsPerCall).toBeGreaterThan(0);
+    expect(latest.model.model.scenarios.map((x) => x.shards)).toEqual([1, 8, 16, 64]);
+    expect(latest.model.model.scenarios.every((x) => x.production.limitedBy !== null)).toBe(true);
+    expect(latest.model.journey.accepted).toBe(latest.model.journey.shoppers);
+    expect(latest.model.journey.perPurchase.map((i) => i.cls)).toContain('GoodsStock');
+
+    // Purchases went through under the delay; each waited on at least one delayed call.
+    expect(latest.objectDelay.delayMs).toBe(50);
+    expect(latest.objectDelay.accepted).toBeGreaterThan(0);
+    expect(latest.objectDelay.p50Ms).toBeGreaterThanOrEqual(50);
+
+    // The sharded goods sold every unit; the queue admitted and sold to every shopper who joined.
+    expect(latest.shards).toMatchObject({ shardsAsked: 8, soldAll: true });
+    expect(latest.shards.accepted).toBeGreaterThan(0);
+    expect(latest.queue).toMatchObject({ shoppers: 60, joined: 60, admitted: 60, accepted: 60, timedOut: 0 });
+    expect(latest.queue.liveMessages).toBeGreaterThanOrEqual(60);
+    for (const name of ['8 shards', 'waiting room', 'object delay 50 ms', 'object CPU']) {
+      expect(latest.invariants.checks.filter((c) => c.goods === name).length).toBeGreaterThan(0);
+    }
+    if (!('skipped' in latest.classic)) {
+      expect(latest.classic.accepted).toBeGreaterThan(0);
+      expect(latest.classic.invariants.ok).toBe(true);
+    }
   });
 });

@@ -34,7 +34,15 @@ async function call<T>(
 /** Creates a sale through the admin API (on sale now unless told otherwise). */
 export async function createGoods(
   stack: Stack,
-  options: { title?: string; stock?: number; startAt?: number; endAt?: number; priceCents?: number; imageUrl?: string } = {},
+  options: {
+    title?: string;
+    stock?: number;
+    startAt?: number;
+    endAt?: number;
+    priceCents?: number;
+    imageUrl?: string;
+    queue?: { mode: 'off' | 'auto' | 'always'; admitPerSecond?: number; preQueueSeconds?: number };
+  } = {},
 ): Promise<GoodsView> {
   const now = Date.now();
   const res = await call<GoodsView>(stack, '/admin/goods', {
@@ -48,6 +56,7 @@ export async function createGoods(
       startAt: options.startAt ?? now - 1000,
       endAt: options.endAt ?? now + 3600_000,
       ...(options.imageUrl ? { imageUrl: options.imageUrl } : {}),
+      ...(options.queue ? { queue: options.queue } : {}),
     },
   });
   expect(res.status, JSON.stringify(res.body)).toBe(201);
@@ -88,6 +97,23 @@ export async function buyViaApi(stack: Stack, userId: string, goodsId: number): 
   });
 }
 
+/** Joins a goods' waiting room as `userId` through the API: a shopper ahead in line, off-screen. */
+export async function joinQueue(stack: Stack, userId: string, goodsId: number): Promise<{ state: string; position: number }> {
+  const jwt = await devToken(stack, userId);
+  const res = await call<{ state: string; position: number }>(stack, `/api/seckill/goods/${goodsId}/queue`, { method: 'POST', auth: jwt });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body;
+}
+
+/** Any admin route, with the admin token. */
+export async function adminCall<T>(
+  stack: Stack,
+  path: string,
+  init: RequestInit & { json?: unknown } = {},
+): Promise<{ status: number; body: T }> {
+  return call<T>(stack, path, { ...init, auth: stack.adminToken });
+}
+
 export async function goods(stack: Stack, goodsId: number): Promise<GoodsView> {
   const res = await call<GoodsView>(stack, `/api/seckill/goods/${goodsId}`);
   expect(res.status).toBe(200);
@@ -98,6 +124,15 @@ export async function stats(stack: Stack, goodsId: number): Promise<Stats> {
   const res = await call<Stats>(stack, `/admin/goods/${goodsId}/stats`, { auth: stack.adminToken });
   expect(res.status).toBe(200);
   return res.body;
+}
+
+/** The stats once `check` passes on them (the order consumer works asynchronously). */
+export function statsWhen(stack: Stack, goodsId: number, check: (s: Stats) => void): Promise<Stats> {
+  return eventually(async () => {
+    const s = await stats(stack, goodsId);
+    check(s);
+    return s;
+  });
 }
 
 export async function limits(stack: Stack): Promise<{ perIpPerSecond: number; perUserPerSecond: number }> {

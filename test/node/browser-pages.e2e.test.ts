@@ -2,115 +2,24 @@
 // (scripts/dev.ts: wrangler dev, Postgres, queues, Durable Objects), as shoppers and an
 // operator use them. Screenshots go to test-results/screenshots/.
 import { existsSync } from 'node:fs';
-import type { Browser, BrowserContext, BrowserContextOptions, Page, Request } from 'playwright-core';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, onTestFailed } from 'vitest';
+import type { BrowserContextOptions } from 'playwright-core';
+import { describe, expect, it } from 'vitest';
 import { buyViaApi, createGoods, eventually, goods, limits, stats } from './browser-api';
-import { CHROMIUM, launchChromium, newShopper, type Stack, screenshot, startStack } from './browser-stack';
+import { answerCaptcha, browserSuite, goodsCard, seconds, signIn, text, WAIT } from './browser-page';
+import { CHROMIUM, type Stack, screenshot } from './browser-stack';
 
 const HAVE_CHROMIUM = existsSync(CHROMIUM);
 if (!HAVE_CHROMIUM) {
   console.warn(`browser-pages.e2e: skipped, ${CHROMIUM} is missing (apt-get install -y chromium)`);
 }
 
-/** How long a page may take to show what a test waits for (CI machines are busy). */
-const WAIT = { timeout: 15_000 };
-
-/** Seconds in an `HH:MM:SS` countdown. */
-function seconds(text: string): number {
-  const m = text.trim().match(/^(\d+):(\d\d):(\d\d)$/);
-  if (!m) {
-    throw new Error(`not a countdown: ${text}`);
-  }
-  return Number(m[1]) * 3600 + Number(m[2]) * 60 + Number(m[3]);
-}
-
-/** Signs in with the local user-id form and waits for the page to show it. */
-async function signIn(page: Page, userId: string): Promise<void> {
-  await page.locator('#user-id').fill(userId);
-  await page.locator('#user-id').press('Enter');
-  await expect.poll(() => page.locator('#who').textContent(), WAIT).toContain(userId);
-}
-
-/** Reads the built-in challenge ("3 + 4 = ?") off the page and types the answer. */
-async function answerCaptcha(page: Page): Promise<void> {
-  const input = page.locator('#captcha-answer');
-  await input.waitFor({ state: 'visible' });
-  const label = (await page.locator('#captcha-label').textContent()) ?? '';
-  const [a = 0, b = 0] = label.match(/\d+/g)?.map(Number) ?? [];
-  await input.fill(String(a + b));
-}
-
-/** Uncaught errors and failed requests of every page, checked after each test. */
-const problems: string[] = [];
-/** Requests the pages have in flight, so a test ends once its pages are quiet. */
-const inFlight = new Set<Request>();
-function watch(page: Page): Page {
-  page.on('request', (request) => inFlight.add(request));
-  page.on('requestfinished', (request) => inFlight.delete(request));
-  page.on('requestfailed', (request) => inFlight.delete(request));
-  page.on('pageerror', (error) => problems.push(`pageerror: ${error.message}`));
-  page.on('console', (message) => {
-    // A refused request (410, 429...) is logged by Chromium too; those are expected here.
-    if (message.type() === 'error' && !message.text().startsWith('Failed to load resource')) {
-      problems.push(`console: ${message.text()}`);
-    }
-  });
-  return page;
-}
-
-const text = (page: Page, selector: string) =>
-  page
-    .locator(selector)
-    .textContent()
-    .then((t) => (t ?? '').trim());
-
 describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
   let stack: Stack;
-  let browser: Browser;
-
-  beforeAll(async () => {
-    stack = await startStack();
-    browser = await launchChromium();
-  }, 180_000);
-
-  afterAll(async () => {
-    await browser?.close();
-    await stack?.stop();
-  }, 60_000);
-
-  beforeEach(() => {
-    problems.length = 0;
-    onTestFailed(() => {
-      console.log(`--- dev stack output (last lines) ---\n${stack.logs().slice(-4000)}`);
-    });
+  const pages = browserSuite((s) => {
+    stack = s;
   });
-
-  const contexts: BrowserContext[] = [];
-  afterEach(async () => {
-    // Pages left open would keep polling into the next test, so close them, preferably
-    // between requests. Chromium does not always report the end of a request (one answered
-    // from its cache as the page navigates away), so a request still listed after a few
-    // seconds is named and the pages are closed anyway: the server takes a shopper who
-    // hangs up mid-request in its stride, and the tests' own assertions catch a hung one.
-    const quiet = await expect
-      .poll(() => inFlight.size, { timeout: 5_000, interval: 20 })
-      .toBe(0)
-      .then(() => true)
-      .catch(() => false);
-    if (!quiet) {
-      console.warn(`closing pages with requests listed as in flight: ${[...inFlight].map((r) => `${r.method()} ${r.url()}`).join(', ')}`);
-    }
-    await Promise.all(contexts.splice(0).map((c) => c.close()));
-    inFlight.clear();
-    expect(problems).toEqual([]);
-  });
-
   /** A page in a fresh context (its own storage): another shopper, another device. */
-  const open = async (options?: BrowserContextOptions) => {
-    const context = await newShopper(browser, options);
-    contexts.push(context);
-    return watch(await context.newPage());
-  };
+  const open = (options?: BrowserContextOptions) => pages.open(options);
 
   it('a shopper buys the last unit with the keyboard and pays; the next shopper sees sold out', async () => {
     const sale = await createGoods(stack, { stock: 2, imageUrl: `${stack.baseUrl}/img/sample-phone.svg` });
@@ -126,6 +35,10 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
     expect(await text(alice, '#buy-label')).toBe('Sign in to buy');
     await signIn(alice, 'alice');
     await answerCaptcha(alice);
+    // A goods with no waiting room and no sale rules shows none of their parts.
+    for (const part of ['#line', '#quantity-row', '#eligibility']) {
+      expect(await alice.locator(part).isHidden(), part).toBe(true);
+    }
     await screenshot(alice, 'shopper-before-buying');
 
     // Enter in the answer field submits the form: the whole purchase works from the keyboard.
@@ -292,13 +205,7 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
     await page.locator('#admin-token').fill(stack.adminToken);
     await page.locator('#admin-token').press('Enter');
 
-    const card = page.locator(`article[data-goods-id="${sale.goodsId}"]`);
-    await card.waitFor({ state: 'visible', timeout: 15_000 });
-    const field = (name: string) =>
-      card
-        .locator(`[data-field="${name}"]`)
-        .textContent()
-        .then((t) => (t ?? '').trim());
+    const { card, field } = await goodsCard(page, sale.goodsId);
     await expect.poll(() => field('doRemaining'), { timeout: 10_000 }).toBe('8');
     expect(await field('dbStock')).toBe('8');
     expect(await field('mirrorStock')).toBe(stack.mirror ? '8' : 'off');

@@ -19,7 +19,8 @@ const ENVS = ['staging', 'production'] as const;
 
 // Strings only the dev token route, the sandbox payment provider and the chaos run's fault
 // switches contain (workers/http/routes/dev.ts, workers/payments/sandbox*.ts,
-// workers/http/routes/dev-faults.ts and workers/kernel/dev-faults.ts with its hooks).
+// workers/http/routes/dev-faults.ts and workers/kernel/dev-faults.ts with its hooks, and the
+// object-call counter workers/kernel/object-calls.ts that durable-objects/routing.ts wraps stubs in).
 const DEV_ONLY_MARKERS = [
   '/api/dev',
   'devOnly',
@@ -30,6 +31,7 @@ const DEV_ONLY_MARKERS = [
   'devFaultsOnly',
   'dev fault:',
   'queueSendFails',
+  'WaitingRoom hub',
 ];
 
 type Build = { bundle: string; output: string };

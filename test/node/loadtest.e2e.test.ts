@@ -91,6 +91,37 @@ describe('npm run loadtest', () => {
     expect(((await limits.json()) as { perIpPerSecond: number }).perIpPerSecond).toBe(10);
   });
 
+  it('drives quantities and an allowlist: every unit sold in orders of 2, outsiders refused NOT_ELIGIBLE', async () => {
+    const run = await loadtest([
+      '--url',
+      stack.url,
+      '--admin-token',
+      stack.adminToken,
+      '--stock',
+      '40',
+      '--users',
+      '60',
+      '--concurrency',
+      '20',
+      '--quantity',
+      '2',
+      '--allowlist',
+      '--raise-limits',
+      '--json',
+    ]);
+    expect(run.code, `${run.stderr}${run.stdout}`).toBe(0);
+    const report = JSON.parse(run.stdout) as Report;
+    expect(report.invariants).toMatchObject({ ok: true, oversold: 0, lost: 0 });
+    const outsiders = report.invariants.checks.find((c) => c.name === 'outsiders refused');
+    expect(outsiders, JSON.stringify(report.invariants.checks)).toMatchObject({ ok: true });
+    expect(outsiders?.detail).toContain('6 shoppers off the allowlist');
+    // 40 units in orders of 2: 20 shoppers buy, the other 40 are told SOLD_OUT.
+    expect(report.outcomes).toMatchObject({ accepted: 20, success: 20, fail: 0, unresolved: 0 });
+    expect(report.stats).toMatchObject({ totalStock: 40, doRemaining: 0, dbStock: 0 });
+    expect(report.stats.orders.PENDING_PAYMENT).toBe(40);
+    expect(run.stderr).toContain('Allowlist: 60 shoppers loaded');
+  });
+
   it('fails, with exit status 1, when Postgres disagrees with the goods object', async () => {
     const created = await fetch(`${stack.url}/admin/goods`, {
       method: 'POST',

@@ -25,13 +25,19 @@ describe('queueRole', () => {
     ['seckill-dlq-staging', 'dead-letters'],
     ['seckill-dlq-production', 'dead-letters'],
     ['seckill-orders-dlq', 'dead-letters'],
+    ['seckill-webhooks', 'webhooks'],
+    ['seckill-webhooks-staging', 'webhooks'],
+    ['seckill-webhooks-production', 'webhooks'],
   ])('%s -> %s', (name, role) => {
     expect(queueRole(name)).toBe(role);
   });
 
-  it.each(['seckill-preorders', 'seckill-ordersx', 'dlqs', 'seckill-order-timeout', 'payments'])('%s is unknown', (name) => {
-    expect(queueRole(name)).toBeUndefined();
-  });
+  it.each(['seckill-preorders', 'seckill-ordersx', 'dlqs', 'seckill-order-timeout', 'payments', 'seckill-webhook'])(
+    '%s is unknown',
+    (name) => {
+      expect(queueRole(name)).toBeUndefined();
+    },
+  );
 });
 
 describe.each(['', 'staging', 'production'])('wrangler.toml queues (%s)', (env) => {
@@ -40,13 +46,14 @@ describe.each(['', 'staging', 'production'])('wrangler.toml queues (%s)', (env) 
   const consumers: Consumer[] = config.queues.consumers ?? [];
 
   it('routes every consumed queue to a consumer', () => {
-    expect(consumers.map((c) => queueRole(c.queue)).sort()).toEqual(['dead-letters', 'orders', 'timeouts']);
+    expect(consumers.map((c) => queueRole(c.queue)).sort()).toEqual(['dead-letters', 'orders', 'timeouts', 'webhooks']);
   });
 
   it('produces into the queues it consumes, by role', () => {
     const byBinding = Object.fromEntries(producers.map((p) => [p.binding, p.queue]));
     expect(queueRole(byBinding.ORDER_QUEUE ?? '')).toBe('orders');
     expect(queueRole(byBinding.TIMEOUT_QUEUE ?? '')).toBe('timeouts');
+    expect(queueRole(byBinding.WEBHOOK_QUEUE ?? '')).toBe('webhooks');
     for (const p of producers) {
       expect(consumers.map((c) => c.queue)).toContain(p.queue);
     }
@@ -54,7 +61,11 @@ describe.each(['', 'staging', 'production'])('wrangler.toml queues (%s)', (env) 
 
   it('sends exhausted messages to its own dead-letter queue, which is consumed', () => {
     const dlq = consumers.find((c) => queueRole(c.queue) === 'dead-letters');
-    for (const c of consumers.filter((c) => c !== dlq)) {
+    // A webhook message only names its delivery row, which stays pending in Postgres and is
+    // sent again by the cron: it has no dead-letter queue.
+    const webhooks = consumers.find((c) => queueRole(c.queue) === 'webhooks');
+    expect(webhooks?.dead_letter_queue).toBeUndefined();
+    for (const c of consumers.filter((c) => c !== dlq && c !== webhooks)) {
       expect(c.dead_letter_queue).toBe(dlq?.queue);
     }
   });

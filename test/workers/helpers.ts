@@ -121,6 +121,7 @@ export async function stats(goodsId: number) {
     outboxPending: number;
     deadLetters: number;
     consistent: boolean;
+    webhooks: { pending: number; delivered: number; failed: number };
   }>(res);
 }
 

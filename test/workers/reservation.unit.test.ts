@@ -1,18 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { decide, orderNumber, type ReservationView, type SaleState } from '../../durable-objects/goods-stock/rules';
+import { decide, orderNumber, type ReservationView } from '../../durable-objects/goods-stock/rules';
 import { backoffSeconds } from '../../workers/kernel/backoff';
 import type { ReserveItem } from '../../workers/kernel/contract';
+import { NOW, reservationView } from './rules-view';
 
-const NOW = 1_800_000_000_000;
-
-function view(sale: Partial<SaleState> = {}, state: { prior?: string[]; used?: string[]; holders?: string[] } = {}): ReservationView {
-  return {
-    sale: { totalStock: 10, remaining: 10, startAt: NOW - 1000, endAt: NOW + 1000, paused: false, ...sale },
-    prior: (id) => (state.prior?.includes(id) ? { orderId: `1-${id}`, reason: null, released: false } : undefined),
-    tokenUsed: (t) => state.used?.includes(t) ?? false,
-    userHolds: (u) => state.holders?.includes(u) ?? false,
-  };
-}
+const view = reservationView;
 
 const item: ReserveItem = {
   requestId: '1.aaaaaaaaaaaaaaaaaaaaaa',

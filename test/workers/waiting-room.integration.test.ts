@@ -222,5 +222,11 @@ describe('the waiting room refuses bad input with the contract’s 4xx', () => {
     expect(page.queue?.mode).toBe('always');
     const s = await shopper('put-mode');
     expect((await tokenWithPass(s.jwt, goodsId, undefined)).status).toBe(403);
+    // The stats carry the settings beside the figures, so the dashboard's switch can keep them.
+    const stats = await json<{ queue: { mode: string }; queueSettings?: unknown }>(
+      await call(`/admin/goods/${goodsId}/stats`, { headers: ADMIN }),
+    );
+    expect(stats.queue.mode).toBe('always');
+    expect(stats.queueSettings).toEqual({ mode: 'always', admitPerSecond: 7 });
   });
 });

@@ -2,6 +2,7 @@ import type { Db } from '../../db/client';
 import { closePendingOrder, listOverdueOrders } from '../../db/lifecycle';
 import { placementOf } from '../edge/placements';
 import { releaseOrRepair } from '../edge/release';
+import { enqueueDeliveries } from '../edge/webhooks';
 import { getConfig } from '../kernel/config';
 import { log } from '../kernel/log';
 import { ORDER_STATUS } from '../kernel/order-status';
@@ -26,6 +27,7 @@ export async function closeOverdueOrders(env: Env, db: Db, now: number, options:
       const r = await closePendingOrder(db, o.id, ORDER_STATUS.CLOSED_TIMEOUT, now);
       if (r.kind === 'closed') {
         closed++;
+        await enqueueDeliveries(env, r.webhookIds);
         // One unreachable object must not stop the sweep; the release is repeated from the queue.
         await releaseOrRepair(env, await placementOf(db, r.order.goodsId), r.order);
       }

@@ -82,7 +82,7 @@ export async function collectGauges(env: Env, config: Config, db: Db, now: numbe
     family('seckill_outbox_pending', "Order messages in the object's outbox not yet accepted by the queue.", outbox),
     family('seckill_outbox_oldest_age_seconds', 'Age of the oldest outbox row (0 when empty); growing means queue sends fail.', outboxAge),
     family('seckill_mirror_stale_seconds', 'How long the Redis mirror has lagged the object (0 when up to date).', mirrorStale),
-    family('seckill_orders', 'Orders by status.', orderSamples),
+    family('seckill_orders', 'Units of the orders by status (an order of 2 counts 2).', orderSamples),
     family(
       'seckill_dead_letters',
       'Messages that exhausted their retries and wait for an operator, by source queue.',

@@ -49,6 +49,9 @@ export function goodsView(
     status,
     payTimeoutSeconds: row.payTimeoutSeconds,
     serverTime: new Date(now).toISOString(),
+    perUserLimit: row.perUserLimit,
+    limitScope: row.limitScope,
+    eligibility: row.eligibility,
     queue: queueView(row),
   };
 }

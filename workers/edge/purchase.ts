@@ -111,6 +111,8 @@ const REASON_CODE: Record<FailReason, ErrorCode> = {
   CANCELLED: 'CONFLICT',
   CLOSED_TIMEOUT: 'CONFLICT',
   ORDER_FAILED: 'CONFLICT',
+  LIMIT_REACHED: 'LIMIT_REACHED',
+  NOT_ELIGIBLE: 'NOT_ELIGIBLE',
 };
 
 /**
@@ -121,7 +123,10 @@ export function replayedToRetries(outcome: ReserveOutcome): boolean {
   return outcome.ok || !['SOLD_OUT', 'TOKEN_INVALID', 'BUSY', 'NOT_FOUND'].includes(outcome.reason);
 }
 
-/** The contract's answer to a reservation the object refused. */
-export function refusal(reason: FailReason): AppError {
+/** The contract's answer to a reservation the object refused; a SOLD_OUT for more units than are left says how many are. */
+export function refusal(reason: FailReason, remaining?: number): AppError {
+  if (reason === 'SOLD_OUT' && remaining) {
+    return new AppError('SOLD_OUT', `only ${remaining} left: ask for ${remaining} or fewer`, {}, { remaining });
+  }
   return new AppError(REASON_CODE[reason]);
 }

@@ -2,6 +2,7 @@ import { withDbFor } from '../../db/client';
 import { countOpenDeadLetters } from '../../db/dead-letters';
 import { countOrdersByStatus, findGoods } from '../../db/goods';
 import { ORDER_STATUS, type OrderStatusName } from '../../db/schema';
+import { countDeliveries, type DeliveryCounts } from '../../db/webhooks';
 import type { Config } from '../kernel/config';
 import type { ShardStock } from '../kernel/shards';
 import { readStocks } from '../mirror/client';
@@ -24,6 +25,8 @@ export type GoodsStats = {
   /** Messages of this goods that exhausted their retries and were not re-driven yet. */
   deadLetters: number;
   consistent: boolean;
+  /** The shop's webhook deliveries of this goods' orders, by state. */
+  webhooks: DeliveryCounts;
   /** The waiting room: shoppers in line, admissions per second, and the room's other totals. */
   queue: Awaited<ReturnType<typeof roomStatsOf>> | null;
   /** Each stock shard's figures (one entry for a one-shard goods); they add up to the totals. */
@@ -44,14 +47,15 @@ export async function goodsStats(env: Env, config: Config, goodsId: number): Pro
       return undefined;
     }
     // The row first: it says where the goods' object lives; the rest is read side by side.
-    const [counts, deadLetters, stock, mirrored, queue] = await Promise.all([
+    const [counts, deadLetters, webhooks, stock, mirrored, queue] = await Promise.all([
       countOrdersByStatus(d, goodsId),
       countOpenDeadLetters(d, goodsId),
+      countDeliveries(d, goodsId),
       goodsSnapshot(env, row),
       config.redis ? readStocks(config.redis, [goodsId]) : Promise.resolve(undefined),
       roomStatsOf(env, row).catch(() => null),
     ]);
-    return { fromDb: { row, counts, deadLetters }, snapshot: stock.total, shards: stock.shards, mirrored, queue };
+    return { fromDb: { row, counts, deadLetters, webhooks }, snapshot: stock.total, shards: stock.shards, mirrored, queue };
   });
   if (!found) {
     return undefined;
@@ -88,6 +92,7 @@ export async function goodsStats(env: Env, config: Config, goodsId: number): Pro
     outboxPending: snapshot?.outboxPending ?? 0,
     deadLetters: fromDb.deadLetters,
     consistent,
+    webhooks: fromDb.webhooks,
     queue,
     shards,
     poolCalls: snapshot?.poolCalls ?? 0,

@@ -38,3 +38,20 @@ export async function pauseShards(env: Env, goods: GoodsPlacement, paused: boole
   const all = await Promise.all(allStockShards(env, goods).map((stub) => stub.setPaused(paused)));
   return all[0] ? sumSnapshots(all) : undefined;
 }
+
+/** Ids per RPC to a goods' object: one transaction each, well inside an RPC's size. */
+const ALLOWLIST_RPC_CHUNK = 10_000;
+
+/**
+ * Adds and removes shoppers of the allowlist every shard keeps (a shopper's shard checks its own
+ * copy where the unit is taken), the shards side by side, each in chunks.
+ */
+export async function allowlistShards(env: Env, goods: GoodsPlacement, add: string[], remove: string[]): Promise<void> {
+  await Promise.all(
+    allStockShards(env, goods).map(async (stub) => {
+      for (let i = 0; i < Math.max(add.length, remove.length); i += ALLOWLIST_RPC_CHUNK) {
+        await stub.changeAllowlist(add.slice(i, i + ALLOWLIST_RPC_CHUNK), remove.slice(i, i + ALLOWLIST_RPC_CHUNK));
+      }
+    }),
+  );
+}

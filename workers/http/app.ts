@@ -10,6 +10,7 @@ import { notFound, onError } from './on-error';
 import { adminDeadLetters } from './routes/admin-dead-letters';
 import { admin } from './routes/admin-goods';
 import { adminLimits } from './routes/admin-limits';
+import { adminWebhooks } from './routes/admin-webhooks';
 import { challengeToken } from './routes/challenge-token';
 import { dev } from './routes/dev';
 import { devFaultRoutes } from './routes/dev-faults';
@@ -54,6 +55,7 @@ export function createApp() {
   app.route('/admin', admin);
   app.route('/admin/dead-letters', adminDeadLetters);
   app.route('/admin/limits', adminLimits);
+  app.route('/admin/webhooks', adminWebhooks);
   app.get('/api/health', (c) => c.json({ ok: true, serverTime: new Date().toISOString() }));
 
   app.notFound(notFound);

@@ -24,6 +24,8 @@ export type AppEnv = {
     // The purchase route's own steps (routes/purchase.ts), in the order they are set.
     /** The body's one-time token (purchaseBody). */
     purchaseToken: string;
+    /** The units the body asks for, 1 when it names none (purchaseBody; checked against the goods by withinLimit). */
+    quantity: number;
     /** The hidden path the token was issued with (purchasePath). */
     purchasePath: string;
     /** The client's Idempotency-Key, when it sent one (idempotencyKey). */

@@ -23,7 +23,7 @@ export function onError(err: Error, c: Context<AppEnv>): Response {
     for (const [k, v] of Object.entries(err.headers)) {
       c.header(k, v);
     }
-    return c.json(errorBody(err.code, err.message, traceId), err.status);
+    return c.json(errorBody(err.code, err.message, traceId, err.details), err.status);
   }
   if (err instanceof HTTPException && err.status < 500) {
     const code = STATUS_CODE[err.status] ?? 'INVALID_INPUT';

@@ -39,6 +39,8 @@ export const ReserveItem = z.object({
   tokenExpiresAt: z.number().int(),
   /** true when the client sent an Idempotency-Key: its rejections are remembered too. */
   keyed: z.boolean(),
+  /** Units asked for (1 when absent: callers before sale rules sent none). */
+  quantity: z.number().int().min(1).max(100).optional(),
 });
 export type ReserveItem = z.infer<typeof ReserveItem>;
 
@@ -54,6 +56,8 @@ export const FAIL_REASONS = [
   'CANCELLED',
   'CLOSED_TIMEOUT',
   'ORDER_FAILED',
+  'LIMIT_REACHED',
+  'NOT_ELIGIBLE',
 ] as const;
 export type FailReason = (typeof FAIL_REASONS)[number];
 
@@ -76,7 +80,15 @@ export type SoldOutNote = { acceptedKeyed: string[]; acceptedKeyedTruncated: boo
 
 export type ReserveOutcome =
   | { ok: true; requestId: string; orderId: string; replay: boolean }
-  | ({ ok: false; requestId: string; reason: FailReason; replay: boolean } & Partial<SoldOutNote>);
+  | ({ ok: false; requestId: string; reason: FailReason; replay: boolean; remaining?: number } & Partial<SoldOutNote>);
+
+/** Units one shopper may hold of a goods: the contract's 1-100, default 1. */
+export const PerUserLimit = z.number().int().min(1).max(100);
+/** `goods`: the limit is per goods; `activity`: one live order per shopper across the activity's goods. */
+export const LimitScope = z.enum(['goods', 'activity']);
+export type LimitScope = z.infer<typeof LimitScope>;
+export const Eligibility = z.enum(['open', 'allowlist']);
+export type Eligibility = z.infer<typeof Eligibility>;
 
 /** Order message: one reservation on its way to Postgres (producer-made ids). */
 export const OrderMessage = z.object({
@@ -93,6 +105,12 @@ export const OrderMessage = z.object({
   reservedAt: z.number().int(),
   /** The stock shard holding the reservation (absent: shard 0), where its settlement goes. */
   shard: z.number().int().min(0).max(63).optional(),
+  /** Units of the order (absent in messages made before sale rules: 1). */
+  quantity: z.number().int().min(1).max(100).optional(),
+  /** The goods' limit scope when reserved (absent: goods); `activity` orders meet the activity's unique index. */
+  limitScope: LimitScope.optional(),
+  /** The goods' per-shopper limit when reserved (absent: 1). */
+  perUserLimit: PerUserLimit.optional(),
 });
 export type OrderMessage = z.infer<typeof OrderMessage>;
 
@@ -125,6 +143,10 @@ export const GoodsInit = z.object({
   shards: z.number().int().min(1).max(64).optional(),
   /** Where the goods' objects are placed (shards made by shard 0 get the same hint). */
   locationHint: z.string().nullable().optional(),
+  /** Absent from callers before sale rules: 1, `goods`, `open`. */
+  perUserLimit: PerUserLimit.optional(),
+  limitScope: LimitScope.optional(),
+  eligibility: Eligibility.optional(),
 });
 export type GoodsInit = z.infer<typeof GoodsInit>;
 
@@ -259,13 +281,22 @@ export const CreateGoodsBody = z
     locationHint: LocationHint.optional(),
     queue: QueueSettings.optional(),
     shards: StockShards.optional(),
+    perUserLimit: PerUserLimit.optional(),
+    limitScope: LimitScope.optional(),
+    eligibility: Eligibility.optional(),
   })
   .refine((b) => b.endAt > b.startAt, { message: 'endAt must be after startAt', path: ['endAt'] });
 export type CreateGoodsBody = z.infer<typeof CreateGoodsBody>;
 
 /** PUT /admin/goods/:goodsId: the settings that may change after creation. */
 export const UpdateGoodsBody = z
-  .object({ queue: QueueSettings.optional(), shards: StockShards.optional() })
+  .object({
+    queue: QueueSettings.optional(),
+    perUserLimit: PerUserLimit.optional(),
+    limitScope: LimitScope.optional(),
+    eligibility: Eligibility.optional(),
+    shards: StockShards.optional(),
+  })
   .strict()
   .refine((b) => Object.keys(b).length > 0, 'name at least one setting to change');
 export type UpdateGoodsBody = z.infer<typeof UpdateGoodsBody>;
@@ -292,7 +323,21 @@ export const TokenBody = z.union([
   z.object({ turnstileToken: z.string().min(1).max(4096), challengeId: ChallengeIdField.optional(), powNonce: PowNonce.optional() }),
 ]);
 export type TokenBody = z.infer<typeof TokenBody>;
-export const PurchaseBody = z.object({ goodsId: GoodsId, token: z.string().min(1).max(1024) });
+export const PurchaseBody = z.object({
+  goodsId: GoodsId,
+  token: z.string().min(1).max(1024),
+  /** Units to buy: 1..the goods' perUserLimit (checked against the goods once it is loaded). */
+  quantity: z.number().int().min(1).max(100).default(1),
+});
+
+/** Most shopper ids one allowlist change may name (both lists together). */
+export const ALLOWLIST_CHANGE_MAX = 200_000;
+/** PUT /admin/goods/:goodsId/allowlist. */
+export const AllowlistBody = z
+  .object({ add: z.array(UserId).max(ALLOWLIST_CHANGE_MAX).optional(), remove: z.array(UserId).max(ALLOWLIST_CHANGE_MAX).optional() })
+  .strict()
+  .refine((b) => (b.add?.length ?? 0) + (b.remove?.length ?? 0) <= ALLOWLIST_CHANGE_MAX, `at most ${ALLOWLIST_CHANGE_MAX} ids per change`);
+export type AllowlistBody = z.infer<typeof AllowlistBody>;
 
 // Orders, payments and dead letters.
 export const OrderParam = z.object({ orderId: OrderId });

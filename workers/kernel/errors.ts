@@ -10,12 +10,14 @@ export const ERROR_STATUS = {
   CAPTCHA_FAILED: 403,
   BANNED: 403,
   NOT_ADMITTED: 403,
+  NOT_ELIGIBLE: 403,
   FORBIDDEN: 403,
   NOT_FOUND: 404,
   METHOD_NOT_ALLOWED: 405,
   ALREADY_PURCHASED: 409,
   CONFLICT: 409,
   SALE_STARTED: 409,
+  LIMIT_REACHED: 409,
   SOLD_OUT: 410,
   ENDED: 410,
   PAYLOAD_TOO_LARGE: 413,
@@ -36,6 +38,8 @@ const DEFAULT_MESSAGE: Partial<Record<ErrorCode, string>> = {
   NOT_STARTED: 'the sale has not started yet',
   PAUSED: 'the sale is paused',
   ALREADY_PURCHASED: 'you already hold an order for this goods',
+  LIMIT_REACHED: 'you already hold as many units as one shopper may',
+  NOT_ELIGIBLE: 'this sale is open to invited shoppers only, and you are not on its list',
   TOKEN_INVALID: 'the purchase token is invalid, used or expired',
   RATE_LIMITED: 'too many requests',
   BUSY: 'the sale is busy, please retry',
@@ -59,8 +63,10 @@ export class AppError extends Error {
   readonly code: ErrorCode;
   readonly status: ContentfulStatusCode;
   readonly headers: Record<string, string>;
+  /** Fields the error body carries beside code, message and requestId (e.g. SOLD_OUT's `remaining`). */
+  readonly details: Record<string, number> | undefined;
 
-  constructor(code: ErrorCode, message?: string, headers: Record<string, string> = {}) {
+  constructor(code: ErrorCode, message?: string, headers: Record<string, string> = {}, details?: Record<string, number>) {
     // An AppError is an answer, not a fault: no stack to capture (a sold-out flood makes one
     // per request, and capturing the stack cost more than the rest of the answer).
     const stackTraceLimit = Error.stackTraceLimit;
@@ -71,10 +77,11 @@ export class AppError extends Error {
     this.code = code;
     this.status = ERROR_STATUS[code];
     this.headers = headers;
+    this.details = details;
   }
 }
 
 /** The contract's error body. */
-export function errorBody(code: ErrorCode, message: string, requestId: string) {
-  return { error: { code, message, requestId } };
+export function errorBody(code: ErrorCode, message: string, requestId: string, details?: Record<string, number>) {
+  return { error: { code, message, requestId, ...details } };
 }

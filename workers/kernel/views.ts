@@ -18,6 +18,12 @@ export type GoodsView = {
   status: GoodsStatus;
   payTimeoutSeconds: number;
   serverTime: string;
+  /** Units one shopper may hold (the page's quantity picker goes up to it). */
+  perUserLimit: number;
+  /** `goods`, or `activity`: one live order per shopper across the activity's goods. */
+  limitScope: 'goods' | 'activity';
+  /** `allowlist`: only invited shoppers may buy (GET .../eligibility tells the shopper). */
+  eligibility: 'open' | 'allowlist';
   /** The waiting room: `off`, or how the page joins it (POST .../queue) and when its doors open. */
   queue?: { mode: 'off' | 'auto' | 'always'; opensAt?: string };
 };

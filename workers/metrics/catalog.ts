@@ -16,6 +16,10 @@ export const COUNTERS = {
     help: "Reservation decisions taken by the goods' object, by outcome (accepted, replay, or the refusal reason).",
     labels: ['goods_id', 'outcome'],
   },
+  seckill_units_reserved_total: {
+    help: "Units the goods' object accepted (a reservation of 2 counts 2); with seckill_orders, every figure is in units.",
+    labels: ['goods_id'],
+  },
   seckill_queue_messages_total: {
     help: 'Messages handled by a queue consumer, by outcome (acked, retried, malformed).',
     labels: ['queue', 'outcome'],

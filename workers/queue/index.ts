@@ -4,6 +4,7 @@ import { consumeDeadLetters } from './dead-letters';
 import { consumeOrders } from './orders';
 import { queueRole } from './roles';
 import { consumeTimeouts } from './timeouts';
+import { consumeWebhooks } from './webhooks';
 
 // A misconfigured deploy must not burn the messages' retries in seconds and push orders to
 // the dead-letter queue: hold them back long enough for an operator to fix the secret.
@@ -30,6 +31,8 @@ export function handleQueue(batch: MessageBatch<unknown>, env: Env): Promise<voi
       return consumeTimeouts(batch, env);
     case 'orders':
       return consumeOrders(batch, env);
+    case 'webhooks':
+      return consumeWebhooks(batch, env);
     default:
       // An unknown queue bound to this Worker: retry so nothing is lost while someone looks.
       log.error('queue.unknown', { queue: batch.queue });

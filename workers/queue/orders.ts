@@ -2,6 +2,7 @@ import { dbOptions, httpDb } from '../../db/client';
 import { type WriteResult, writeOrders } from '../../db/orders';
 import { goodsStock } from '../../durable-objects/routing';
 import { placementOf } from '../edge/placements';
+import { enqueueDeliveries } from '../edge/webhooks';
 import { backoffSeconds, queueDelay } from '../kernel/backoff';
 import { type Config, getConfig } from '../kernel/config';
 import { type GoodsPlacement, OrderMessage, type Settlement, type TimeoutMessage } from '../kernel/contract';
@@ -101,7 +102,15 @@ async function consumeGroups(env: Env, config: Config, groups: Map<number, Parse
         // Independent and both idempotent: a retry repeats whichever of them failed. A timeout
         // that fires before the object heard of its order finds it QUEUED and releases it; the
         // late settle then changes nothing.
-        await Promise.all([settle(env, goods, items, results), scheduleTimeouts(env, items, results)]);
+        // The shop's order.created events were written with the orders; their send never fails the batch.
+        await Promise.all([
+          settle(env, goods, items, results),
+          scheduleTimeouts(env, items, results),
+          enqueueDeliveries(
+            env,
+            results.flatMap((r) => (r.ok && r.webhookId ? [r.webhookId] : [])),
+          ),
+        ]);
         // Waiting room: push each settled result to its shopper's live channel (never fails the batch).
         await tellShoppers(
           env,

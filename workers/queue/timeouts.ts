@@ -3,6 +3,7 @@ import { closePendingOrder } from '../../db/lifecycle';
 import { ORDER_STATUS } from '../../db/schema';
 import { placementOf } from '../edge/placements';
 import { releaseUnit } from '../edge/release';
+import { enqueueDeliveries } from '../edge/webhooks';
 import { backoffSeconds, queueDelay } from '../kernel/backoff';
 import { getConfig } from '../kernel/config';
 import { TimeoutMessage } from '../kernel/contract';
@@ -34,6 +35,9 @@ export async function consumeTimeouts(batch: MessageBatch<unknown>, env: Env, no
           const wait = Math.ceil((result.order.payDeadline.getTime() - at) / 1000);
           message.retry({ delaySeconds: queueDelay(wait, 1) });
           continue;
+        }
+        if (result.kind === 'closed') {
+          await enqueueDeliveries(env, result.webhookIds);
         }
         if (result.kind === 'closed' || result.kind === 'already-closed') {
           await releaseUnit(env, await placementOf(db, result.order.goodsId), result.order);

@@ -7,7 +7,9 @@ export const BENCH_USAGE = `Usage: npm run bench [-- options]
 Builds the Worker bundle, runs it under Miniflare's API against Postgres (embedded PGlite, or a
 fresh database on $DATABASE_URL's server) and measures, with one load generator (autocannon)
 and one connection count: a floor route, the purchase path, the sold-out path, the order
-consumer beside a plain-INSERT floor, and the invariants afterwards.
+consumer beside a plain-INSERT floor, the object calls behind the capacity model, purchases
+under a delay on every object call, a sharded goods, the waiting room, the classic stack (when
+a redis-server and PostgreSQL answer), the targets, and the invariants afterwards.
 
   --duration S             seconds per phase (default 10)
   --connections N          connections of the load generator (default 100)
@@ -21,6 +23,13 @@ consumer beside a plain-INSERT floor, and the invariants afterwards.
   --assets                 keep Miniflare's static-assets routing in front of the Worker
   --out DIR                where results go (default bench/results, ignored by git)
   --json                   print the result JSON instead of the table
+  --object-delay-ms N      delay before every object call in the delay phase (default 50; 0: no phase)
+  --shards N               stock shards of the sharded phase's goods (default 8; 0: no phase)
+  --queue-shoppers N       shoppers in the waiting-room phase (default 2000; 0: no phase)
+  --admit-per-second N     the waiting room's admissions per second (default 500)
+  --no-classic             skip the classic stack (default: run it when a redis-server, at
+                           --redis-url, $REDIS_URL or redis://127.0.0.1:6379, and PostgreSQL,
+                           at --database-url or postgres://postgres@127.0.0.1:5432/postgres, answer)
   --profile                CPU-profile the Worker during the purchase and sold-out phases
                            (.cpuprofile files beside the result, top functions in the JSON)
   --verbose                print the Worker's log lines instead of counting them
@@ -45,6 +54,11 @@ const OPTIONS = {
   json: { type: 'boolean' },
   verbose: { type: 'boolean' },
   profile: { type: 'boolean' },
+  'object-delay-ms': { type: 'string' },
+  shards: { type: 'string' },
+  'queue-shoppers': { type: 'string' },
+  'admit-per-second': { type: 'string' },
+  'no-classic': { type: 'boolean' },
   help: { type: 'boolean' },
 } as const;
 
@@ -86,5 +100,10 @@ function benchSettings(values: Values) {
     json: values.json ?? false,
     verbose: values.verbose ?? false,
     profile: values.profile ?? false,
+    objectDelayMs: int(values['object-delay-ms'], 'object-delay-ms', 0, 10_000) ?? 50,
+    shards: int(values.shards, 'shards', 0, 64) ?? 8,
+    queueShoppers: int(values['queue-shoppers'], 'queue-shoppers', 0, 100_000) ?? 2_000,
+    admitPerSecond: int(values['admit-per-second'], 'admit-per-second', 1, 100_000) ?? 500,
+    classic: !(values['no-classic'] ?? false),
   };
 }

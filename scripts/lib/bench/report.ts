@@ -10,6 +10,9 @@ import type { PhaseResult } from './cannon.ts';
 import type { batchSummary, ConsumerRun, measureInsertFloor } from './consumer.ts';
 import type { BenchInvariants } from './invariants.ts';
 import type { CpuProfile, ProfileSummary } from './profile.ts';
+import { formatExtras } from './report-extras.ts';
+import type { QueuePhase } from './room.ts';
+import type { Target, TargetInputs } from './targets.ts';
 
 export type Machine = {
   cpus: number;
@@ -20,34 +23,29 @@ export type Machine = {
   loadAverageAtStart: number[];
 };
 export type Environment = { machine: Machine; commit: { sha: string; dirty: boolean } | null };
-export type Target = { name: string; ok: boolean; actual: string };
 type BatchSummary = ReturnType<typeof batchSummary>;
 type Ratioed = { ratioToFloor: number | null };
 
 /** The result document, as far as the targets and the table read it. */
-export type BenchResult = Environment & {
-  startedAt: string;
-  database: string;
-  options: { durationS: number; connections: number; idempotencyKeys: boolean; assets: boolean; redis: boolean };
-  floor: PhaseResult;
-  purchase: PhaseResult & Ratioed;
-  soldOut: PhaseResult & Ratioed;
-  consumer: Ratioed & {
-    ordersPerSec: number;
-    insertFloorPerSec: number;
-    backlog: ConsumerRun;
-    batches: BatchSummary;
-    insertFloor: Awaited<ReturnType<typeof measureInsertFloor>>;
-    afterPurchase: { orders: number; drainMs: number; ordersPerSec: number; batches: BatchSummary; duringPhase: BatchSummary };
+export type BenchResult = Environment &
+  Omit<TargetInputs, 'consumer' | 'options'> & {
+    startedAt: string;
+    database: string;
+    options: { durationS: number; connections: number; idempotencyKeys: boolean; assets: boolean; redis: boolean };
+    queue: QueuePhase | null;
+    consumer: Ratioed & {
+      ordersPerSec: number;
+      insertFloorPerSec: number;
+      backlog: ConsumerRun;
+      batches: BatchSummary;
+      insertFloor: Awaited<ReturnType<typeof measureInsertFloor>>;
+      afterPurchase: { orders: number; drainMs: number; ordersPerSec: number; batches: BatchSummary; duringPhase: BatchSummary };
+    };
+    invariants: BenchInvariants;
+    workerEvents: Record<string, number>;
+    profile?: Record<string, ProfileSummary>;
+    targets: Target[];
   };
-  invariants: BenchInvariants;
-  workerEvents: Record<string, number>;
-  profile?: Record<string, ProfileSummary>;
-  targets: Target[];
-};
-
-/** Orders a NestJS + Redis Lua + BullMQ + Postgres worker wrote per second on this machine. */
-export const REFERENCE_WORKER_ORDERS_PER_SEC = 730;
 
 function git(args: string[]): string | undefined {
   try {
@@ -76,48 +74,6 @@ export function environment(): Environment {
 }
 
 const ratio = (a: number | null | undefined, b: number | null | undefined) => (a && b ? round(a / b, 2) : null);
-
-/** The performance targets, each with what was measured and whether it holds. */
-export function targets(r: Omit<BenchResult, 'targets'>): Target[] {
-  const t = (name: string, ok: boolean, actual: string): Target => ({ name, ok, actual });
-  return [
-    t(
-      'purchase path >= 0.5x the floor route',
-      (r.purchase.ratioToFloor ?? 0) >= 0.5,
-      `${r.purchase.ratioToFloor}x (${fmt(r.purchase.rps)} vs ${fmt(r.floor.rps)} req/s)`,
-    ),
-    t(
-      'sold-out path >= 0.8x the floor route',
-      (r.soldOut.ratioToFloor ?? 0) >= 0.8,
-      `${r.soldOut.ratioToFloor}x (${fmt(r.soldOut.rps)} vs ${fmt(r.floor.rps)} req/s)`,
-    ),
-    t(
-      'consumer >= 0.5x its INSERT floor',
-      (r.consumer.ratioToFloor ?? 0) >= 0.5,
-      `${r.consumer.ratioToFloor}x (${fmt(r.consumer.ordersPerSec)} vs ${fmt(r.consumer.insertFloorPerSec)} rows/s)`,
-    ),
-    t(
-      `consumer far above ${REFERENCE_WORKER_ORDERS_PER_SEC} orders/s`,
-      r.consumer.ordersPerSec >= 2 * REFERENCE_WORKER_ORDERS_PER_SEC,
-      `${fmt(r.consumer.ordersPerSec)} orders/s (${ratio(r.consumer.ordersPerSec, REFERENCE_WORKER_ORDERS_PER_SEC)}x)`,
-    ),
-    t(
-      `purchase p99 < 100 ms at ${r.options.connections} connections`,
-      r.purchase.p99Ms !== null && r.purchase.p99Ms < 100,
-      `${fmt(r.purchase.p99Ms)} ms`,
-    ),
-    t(
-      'zero oversell, zero lost orders',
-      r.invariants.ok && r.invariants.oversold === 0 && r.invariants.lost === 0,
-      invariantLine(r.invariants),
-    ),
-  ];
-}
-
-function invariantLine(inv: BenchInvariants): string {
-  const failed = inv.checks.filter((c) => !c.ok).map((c) => `${c.goods}: ${c.name}`);
-  return `oversold ${inv.oversold}, lost ${inv.lost}, duplicates ${inv.duplicates}${failed.length ? `; failed: ${failed.join(', ')}` : ''}`;
-}
 
 /** The phases as `{ rps, p50Ms, ... }` plus their ratios to the floors. */
 export function withRatios<
@@ -219,6 +175,7 @@ export function formatBench(r: BenchResult): string {
       ],
     ]),
   );
+  lines.push(...formatExtras(r));
   lines.push('');
   lines.push('Targets:');
   for (const t of r.targets) {

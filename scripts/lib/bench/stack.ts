@@ -18,7 +18,7 @@ import diagnostics from 'node:diagnostics_channel';
 import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';
 import { Log, LogLevel } from 'miniflare';
-import { startWorkerStack, type WorkerStack } from '../miniflare-stack.ts';
+import { type Bundle, startWorkerStack, type WorkerStack } from '../miniflare-stack.ts';
 import type { QueueBatch } from './consumer.ts';
 
 /** What `workerLogChannel` publishes: one JSON log line of the Worker and its event. */
@@ -31,6 +31,7 @@ export type BenchStackOptions = {
   bindings: Record<string, string>;
   verbose?: boolean;
   inspectorPort?: number | undefined;
+  bundle?: Bundle;
 };
 
 export type BenchStack = {
@@ -105,6 +106,7 @@ export async function startBenchStack(o: BenchStackOptions): Promise<BenchStack>
     databaseUrl: o.databaseUrl,
     redisUrl: o.redisUrl,
     bindings: o.bindings,
+    ...(o.bundle ? { bundle: o.bundle } : {}),
     log,
     configure: (options) => {
       const consumers = Object.fromEntries(Object.entries(options.queueConsumers ?? {}).filter(([name]) => !name.includes('timeout')));

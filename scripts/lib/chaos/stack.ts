@@ -131,7 +131,8 @@ function withSchedule(consumers: unknown, plan: ChaosPlan): Record<string, Consu
   return Object.fromEntries(
     Object.entries(consumers as Record<string, ConsumerOptions>).map(([name, options]) => {
       const role = queueRole(name);
-      const s = role ? byRole[role] : undefined;
+      // The webhook sender keeps its own settings: its retries are messages of its own, not the queue's.
+      const s = role && role !== 'webhooks' ? byRole[role] : undefined;
       return [
         name,
         s ? { ...options, maxRetries: s.maxRetries, ...(s.retryDelay === undefined ? {} : { retryDelay: s.retryDelay }) } : options,

@@ -7,6 +7,8 @@ import type { Answer, HttpClient } from './http-client.ts';
 export const LOAD_TEST_LIMITS = { perIpPerSecond: 1_000_000, banThreshold: 100_000_000 };
 
 export type AdminApi = ReturnType<typeof adminApi>;
+/** Shopper ids per allowlist request (the route takes up to 200,000). */
+const ALLOWLIST_PUT_IDS = 50_000;
 export type AtRest = { stats: Stats | undefined; atRest: boolean };
 export type StatsCheck = { name: string; ok: boolean; detail: string; oversold?: number };
 
@@ -38,6 +40,9 @@ export function adminApi(http: HttpClient, token: string) {
       activityId = 9001,
       startAt,
       endAt,
+      settings,
+      perUserLimit,
+      eligibility,
     }: {
       stock: number;
       title?: string;
@@ -45,17 +50,34 @@ export function adminApi(http: HttpClient, token: string) {
       activityId?: number;
       startAt?: number;
       endAt?: number;
+      /** The contract additions' settings (`shards`, `queue`, ...), sent as given. */
+      settings?: Partial<CreateGoodsRequest> & { shards?: number };
+      perUserLimit?: number;
+      eligibility?: 'open' | 'allowlist';
     }): Promise<Goods> {
       const now = Date.now();
-      const json: CreateGoodsRequest = {
+      const json: CreateGoodsRequest & { shards?: number } = {
+        ...settings,
         activityId,
         title,
         priceCents,
         stock,
         startAt: startAt ?? now - 1000,
         endAt: endAt ?? now + 3600_000,
+        ...(perUserLimit !== undefined ? { perUserLimit } : {}),
+        ...(eligibility !== undefined ? { eligibility } : {}),
       };
       return expectOk(await http.post('/admin/goods', { headers, json }), 'creating the goods', read.goods);
+    },
+    /** Adds shoppers to a goods' allowlist, ALLOWLIST_PUT_IDS per request; how many the list holds. */
+    async addToAllowlist(goodsId: number, userIds: string[]): Promise<number> {
+      let count = 0;
+      for (let i = 0; i < userIds.length; i += ALLOWLIST_PUT_IDS) {
+        const json = { add: userIds.slice(i, i + ALLOWLIST_PUT_IDS) };
+        const answer = await http.put(`/admin/goods/${goodsId}/allowlist`, { headers, json });
+        count = expectOk(answer, `loading the allowlist of goods ${goodsId}`, read.allowlist).count;
+      }
+      return count;
     },
     async getLimits(): Promise<Limits> {
       const { updatedAt: _updatedAt, ...limits } = expectOk(
@@ -109,7 +131,7 @@ export function adminApi(http: HttpClient, token: string) {
   return api;
 }
 
-/** Live orders (the ones holding a unit) in a stats answer. */
+/** Units of the live orders (the ones holding stock) in a stats answer, which counts units. */
 export function liveOrders(stats: Stats): number {
   return (stats.orders.PENDING_PAYMENT ?? 0) + (stats.orders.PAID ?? 0);
 }

@@ -65,6 +65,7 @@ export type Challenge = z.infer<typeof Challenge>;
 const PurchaseToken = z.looseObject({ token: z.string(), path: z.string() });
 const Queued = z.looseObject({ requestId: z.string() });
 const DevToken = z.looseObject({ token: z.string() });
+const Allowlist = z.looseObject({ count: z.number() });
 const Order = z.looseObject({ goodsId: z.number().optional(), userId: z.string().optional() });
 
 function reader<T>(schema: z.ZodType<T>): (json: unknown) => T | undefined {
@@ -87,6 +88,7 @@ export const read = {
   queued: reader(Queued),
   devToken: reader(DevToken),
   order: reader(Order),
+  allowlist: reader(Allowlist),
 };
 
 /** The `error` member of an error body, if the answer is one. */

@@ -31,6 +31,8 @@ export type LoadOptions = {
   duplicates: number;
   retries: number;
   malformed: number;
+  /** Units each purchase asks for (1: the body names none, as before sale rules). */
+  quantity: number;
   lookahead: number;
   pollIntervalMs: number;
   settleTimeoutMs: number;
@@ -187,7 +189,10 @@ export async function runShopperLoad(o: LoadOptions): Promise<LoadResult> {
   }
 
   async function buy(slot: Ready): Promise<void> {
-    const init = { headers: { ...bearer(slot.shopper.jwt), 'idempotency-key': slot.key }, json: { goodsId: o.goodsId, token: slot.token } };
+    const init = {
+      headers: { ...bearer(slot.shopper.jwt), 'idempotency-key': slot.key },
+      json: { goodsId: o.goodsId, token: slot.token, ...(o.quantity !== 1 ? { quantity: o.quantity } : {}) },
+    };
     const first = await send('purchase', () => o.http.post(`/api/seckill/do/${slot.path}`, init));
     noteAccepted(slot, first);
     if (Math.random() < o.retries) {

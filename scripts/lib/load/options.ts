@@ -19,6 +19,11 @@ polling) and checks the invariants through the admin stats afterwards.
   --duplicates F         share of attempts by a shopper who already tried (0..1, default 0)
   --retries F            share of purchases sent twice with the same Idempotency-Key (default 0)
   --malformed F          share of requests that are bad input and must get a 4xx (default 0)
+  --quantity N           units each purchase asks for (1-100, default 1); with --stock the goods
+                         is made with perUserLimit N
+  --allowlist            with --stock: the goods is open to an allowlist only; the tool loads its
+                         shoppers into it and first sends outsiders (a tenth as many, at most
+                         1,000), who must be refused 403 NOT_ELIGIBLE
   --jwt-file FILE        shopper JWTs, one per line (default: POST /api/dev/token, DEV_MODE only)
   --admin-token T        admin token (default $ADMIN_TOKEN; for a local URL, .dev.vars(.example))
   --raise-limits         lift the per-IP limit and the ban threshold for the run (all requests
@@ -54,6 +59,8 @@ const OPTIONS = {
   duplicates: { type: 'string' },
   retries: { type: 'string' },
   malformed: { type: 'string' },
+  quantity: { type: 'string' },
+  allowlist: { type: 'boolean' },
   'jwt-file': { type: 'string' },
   'admin-token': { type: 'string' },
   'raise-limits': { type: 'boolean' },
@@ -141,6 +148,10 @@ function loadSettings(values: Values) {
   if (!adminToken) {
     throw new UsageError('the admin token is needed to read the stats: pass --admin-token or set ADMIN_TOKEN');
   }
+  const allowlist = values.allowlist ?? false;
+  if (allowlist && stock === undefined) {
+    throw new UsageError('--allowlist makes its own goods: give --stock');
+  }
   const concurrency = number(values.concurrency, 'concurrency', { min: 1, max: 10_000 }) ?? 100;
   const share = (name: 'duplicates' | 'retries' | 'malformed') => number(values[name], name, { max: 1, integer: false }) ?? 0;
   return {
@@ -155,6 +166,8 @@ function loadSettings(values: Values) {
     duplicates: share('duplicates'),
     retries: share('retries'),
     malformed: share('malformed'),
+    quantity: number(values.quantity, 'quantity', { min: 1, max: 100 }) ?? 1,
+    allowlist,
     jwtFile: values['jwt-file'],
     adminToken,
     raiseLimits: values['raise-limits'] ?? false,

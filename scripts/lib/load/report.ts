@@ -51,6 +51,8 @@ export function loadReport({
       duplicates: options.duplicates,
       retries: options.retries,
       malformed: options.malformed,
+      quantity: options.quantity,
+      allowlist: options.allowlist,
       lookahead: options.lookahead,
       raiseLimits: options.raiseLimits,
       jwtSource: options.jwtFile ? 'file' : 'dev-token',

@@ -4,7 +4,8 @@ import { liveOrders, type StatsCheck, statsChecks } from './admin.ts';
 import { read, type Stats } from './contract.ts';
 import type { AcceptedPurchase, LoadResult } from './flow.ts';
 import type { HttpClient } from './http-client.ts';
-import { countWhere } from './metrics.ts';
+import { countWhere, type StepSummary } from './metrics.ts';
+import { OUTSIDER_REFUSAL, outsidersLetThrough } from './outsiders.ts';
 
 export type OrderCheck = { checked: number; missing: { requestId: string; orderId: string | null; status: number }[] };
 export type Verdict = { ok: boolean; oversold: number; lost: number; duplicateHolders: number; checks: Omit<StatsCheck, 'oversold'>[] };
@@ -52,12 +53,18 @@ export function loadVerdict({
   load,
   orders,
   createdGoods,
+  quantity = 1,
+  outsiderTokens,
 }: {
   stats: Stats;
   atRest: boolean;
   load: LoadResult;
   orders: OrderCheck;
   createdGoods: boolean;
+  /** Units each purchase asked for: a SUCCESS holds that many. */
+  quantity?: number;
+  /** The token step of the shoppers off an allowlist (--allowlist), each owed 403 NOT_ELIGIBLE. */
+  outsiderTokens?: StepSummary | undefined;
 }): Verdict {
   const checks = statsChecks(stats, atRest);
   const results = load.accepted;
@@ -75,6 +82,7 @@ export function loadVerdict({
   const malformedNot4xx = countWhere(malformed, (k) => !k.startsWith('4'));
   const hung = Object.values(steps).reduce((n, s) => n + countWhere(s.outcomes, (k) => k === '0 timeout'), 0);
   const live = liveOrders(stats);
+  const soldUnits = successes.length * quantity;
   checks.push(
     {
       name: 'every 202 ends SUCCESS or FAIL',
@@ -109,6 +117,14 @@ export function loadVerdict({
       detail: `${steps.purchase.count} purchases sent (none: the shoppers were stopped before buying; see the outcomes, lift a ban with POST /admin/limits/bans/lift)`,
     },
   );
+  if (outsiderTokens) {
+    const through = outsidersLetThrough(outsiderTokens.outcomes);
+    checks.push({
+      name: 'outsiders refused',
+      ok: through === 0 && outsiderTokens.count > 0,
+      detail: `${outsiderTokens.count} shoppers off the allowlist asked for a token, ${through} not answered ${OUTSIDER_REFUSAL}`,
+    });
+  }
   if (createdGoods) {
     // Only this run bought this goods: the orders it was told about are all the orders there are
     // (a few more when a purchase's answer was lost to a timeout).
@@ -116,11 +132,11 @@ export function loadVerdict({
       countWhere(steps.purchase.outcomes, (k) => k.startsWith('0')) + countWhere(steps.retry.outcomes, (k) => k.startsWith('0'));
     checks.push({
       name: 'orders match what shoppers were told',
-      ok: live >= successes.length && live - successes.length <= lostAnswers,
-      detail: `${live} live orders, ${successes.length} shoppers told SUCCESS`,
+      ok: live >= soldUnits && live - soldUnits <= lostAnswers * quantity,
+      detail: `${live} units in live orders, ${successes.length} shoppers told SUCCESS for ${quantity} each`,
     });
   }
-  const oversold = Math.max(0, live - stats.totalStock, successes.length - stats.totalStock);
-  const lost = unresolved + orders.missing.length + (createdGoods ? Math.max(0, successes.length - live) : 0);
+  const oversold = Math.max(0, live - stats.totalStock, soldUnits - stats.totalStock);
+  const lost = unresolved + orders.missing.length + (createdGoods ? Math.max(0, Math.ceil((soldUnits - live) / quantity)) : 0);
   return { ok: checks.every((c) => c.ok), oversold, lost, duplicateHolders, checks: checks.map(({ oversold: _o, ...c }) => c) };
 }

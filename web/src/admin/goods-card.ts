@@ -6,6 +6,7 @@ import { formatCount, formatDateTime } from '../shared/format';
 import { saleState } from '../shared/sale';
 import { drawChart, type Point } from './chart';
 import { type AdminContext, adminJson } from './context';
+import { QueuePanel } from './queue-panel';
 
 /** Samples kept per sale for the chart: ten minutes at one per two seconds. */
 const MAX_SAMPLES = 300;
@@ -28,6 +29,7 @@ export class GoodsCard {
   private readonly samples: Point[] = [];
   private busy = false;
   private switched: { status: string; until: number } | undefined;
+  private readonly queue: QueuePanel;
 
   constructor(
     private readonly ctx: AdminContext,
@@ -44,6 +46,7 @@ export class GoodsCard {
     this.root.dataset.goodsId = String(goods.goodsId);
     this.action('toggle-pause').addEventListener('click', () => void this.togglePause());
     this.action('redrive').addEventListener('click', () => void this.redrive());
+    this.queue = new QueuePanel(ctx, this.root, goods.goodsId, (name) => this.field(name));
     ctx.i18n.apply(this.root);
   }
 
@@ -110,6 +113,8 @@ export class GoodsCard {
     this.field('queued').textContent = formatCount(s?.queued, i18n.locale);
     this.field('outboxPending').textContent = formatCount(s?.outboxPending, i18n.locale);
     this.field('deadLetters').textContent = formatCount(s?.deadLetters, i18n.locale);
+    this.field('refusedUnits').textContent = formatCount(s?.refusedUnits, i18n.locale);
+    this.queue.render(s);
     this.action('redrive').hidden = !s?.deadLetters;
     this.renderChart();
     const toggle = this.action('toggle-pause');

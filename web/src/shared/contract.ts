@@ -32,6 +32,11 @@ export const Goods = z.object({
   status: z.string(),
   payTimeoutSeconds: z.optional(z.number()),
   serverTime: Instant,
+  /** The waiting room: `off`, or joined with POST .../queue; its doors open at `opensAt`. */
+  queue: z.optional(z.object({ mode: z.string(), opensAt: z.optional(Instant) })),
+  /** Sale rules: units one shopper may hold (the page offers a quantity when above 1), and who may buy. */
+  perUserLimit: z.optional(z.number().check(z.int(), z.minimum(1))),
+  eligibility: z.optional(z.string()),
 });
 export type Goods = z.infer<typeof Goods>;
 export const GoodsList = z.array(Goods);
@@ -69,6 +74,9 @@ export const Result = z.object({
   reason: z.optional(z.string()),
 });
 export type Result = z.infer<typeof Result>;
+
+/** GET /api/seckill/goods/:goodsId/eligibility: whether this shopper may buy, and what they hold. */
+export const Eligibility = z.looseObject({ eligible: z.boolean(), perUserLimit: z.optional(z.number()), held: z.optional(z.number()) });
 
 /** Order status names; the seed's numeric codes map onto them in the same order. */
 export const ORDER_STATUSES = ['PENDING_PAYMENT', 'PAID', 'CANCELLED', 'CLOSED_TIMEOUT', 'REFUNDED'] as const;
@@ -109,8 +117,23 @@ export const Stats = z.object({
   outboxPending: z.number(),
   deadLetters: z.nullish(z.number()),
   consistent: z.boolean(),
-  /** One entry per stock shard (absent from older servers). */
-  shards: z.optional(z.array(z.looseObject({ shard: z.number(), remaining: z.number() }))),
+  /** Units Postgres refused, held aside until reconciliation puts them back. */
+  refusedUnits: z.optional(z.number()),
+  /** Per stock shard, when the goods has several. */
+  shards: z.optional(z.array(z.looseObject({ shard: z.number(), remaining: z.number(), queued: z.number(), confirmed: z.number() }))),
+  /** The waiting room's figures (mode `off`: none). */
+  queue: z.nullish(
+    z.looseObject({
+      mode: z.string(),
+      active: z.optional(z.boolean()),
+      waiting: z.number(),
+      admittedPerSecond: z.number(),
+      lastEtaSeconds: z.optional(z.number()),
+      admitted: z.optional(z.number()),
+    }),
+  ),
+  /** The queue's settings, which the mode switch keeps. */
+  queueSettings: z.optional(z.looseObject({ mode: z.string() })),
 });
 export type Stats = z.infer<typeof Stats>;
 

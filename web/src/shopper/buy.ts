@@ -7,10 +7,15 @@ import { newKey, type ShopperContext, sleep, storageKeys } from './context';
 import type { GoodsView } from './goods-view';
 import type { ShopperKey } from './messages';
 import { ClickGuard, FAST_POLLS, LocalLimiter, POLL_GIVE_UP_MS, resultPollDelay } from './pacing';
+import type { QueueView } from './queue-view';
+import type { RulesView } from './rules-view';
 import type { Session } from './session';
 
+/** The header the token route reads the waiting room's admission pass from. */
+const PASS_HEADER = 'X-Admission-Pass';
+
 /** A purchase ticket in hand: kept across BUSY / network failures so a retry replays it. */
-type Attempt = { userId: string; key: string; token: string; path: string };
+type Attempt = { userId: string; key: string; token: string; path: string; quantity: number | undefined };
 type Phase = 'idle' | 'sending' | 'queued';
 
 /** Failures after which the same ticket and Idempotency-Key may be sent again. */
@@ -37,11 +42,16 @@ const REASON_KEYS: Record<string, ShopperKey> = {
   ORDER_FAILED: 'reasonORDER_FAILED',
   NOT_FOUND: 'reasonNOT_FOUND',
   UNAUTHENTICATED: 'reasonUNAUTHENTICATED',
+  NOT_ADMITTED: 'reasonNOT_ADMITTED',
+  NOT_ELIGIBLE: 'reasonNOT_ELIGIBLE',
+  LIMIT_REACHED: 'reasonLIMIT_REACHED',
 };
 
 /**
  * The buy button and what follows it: captcha -> one-time token -> purchase (202) -> the
- * result, polled every second ten times, then with backoff.
+ * result, polled every second ten times, then with backoff. A goods with a waiting room
+ * first waits for the admission, sends its pass with the token request, and hears the result
+ * on the room's live channel instead of polling.
  */
 export class BuyFlow {
   private readonly guard = new ClickGuard();
@@ -62,6 +72,8 @@ export class BuyFlow {
     private readonly ctx: ShopperContext,
     private readonly view: GoodsView,
     private readonly onOrder: (orderId: string) => void,
+    private readonly queue: QueueView,
+    private readonly rules: RulesView,
   ) {
     this.captcha = new Captcha(ctx, view.goodsId);
     this.els.form.addEventListener('submit', (event) => {
@@ -74,7 +86,8 @@ export class BuyFlow {
   update(state: SaleState | undefined): void {
     const session = this.ctx.session();
     const live = state === 'ON_SALE' || (state === 'UPCOMING' && (this.view.goods?.startAt ?? 0) - this.ctx.clock.now() < 4 * 60_000);
-    this.captcha.setWanted(Boolean(session) && live && !this.holdsOrder && this.phase === 'idle');
+    const waiting = this.queue.holding() || this.rules.blocked();
+    this.captcha.setWanted(Boolean(session) && live && !waiting && !this.holdsOrder && this.phase === 'idle');
     this.render(state);
   }
 
@@ -119,6 +132,12 @@ export class BuyFlow {
     } else if (state !== 'ON_SALE') {
       key = state === 'SOLD_OUT' ? 'buySoldOut' : state === 'ENDED' ? 'buyEnded' : state === 'PAUSED' ? 'buyPaused' : 'buyStartsSoon';
       disabled = true;
+    } else if (this.rules.blocked()) {
+      key = 'buyNow';
+      disabled = true;
+    } else if (this.queue.holding()) {
+      key = 'buyInLine';
+      disabled = true;
     } else if (wait > 0) {
       key = 'retryIn';
       disabled = true;
@@ -136,7 +155,8 @@ export class BuyFlow {
     }
     // Everything that can make the button inactive is checked before the guard, so an
     // ignored click leaves no trace; the guard then drops repeats within 300 ms.
-    if (this.phase !== 'idle' || this.view.state() !== 'ON_SALE' || !this.guard.tryEnter()) {
+    const waiting = this.queue.holding() || this.rules.blocked();
+    if (this.phase !== 'idle' || waiting || this.view.state() !== 'ON_SALE' || !this.guard.tryEnter()) {
       return;
     }
     this.phase = 'sending';
@@ -177,7 +197,7 @@ export class BuyFlow {
       method: 'POST',
       auth: session.token,
       headers: { 'Idempotency-Key': attempt.key },
-      body: { goodsId: this.view.goodsId, token: attempt.token },
+      body: { goodsId: this.view.goodsId, token: attempt.token, ...(attempt.quantity ? { quantity: attempt.quantity } : {}) },
     });
     if (!res.ok) {
       if (!retryable(res)) {
@@ -203,10 +223,12 @@ export class BuyFlow {
       this.captcha.focus();
       return undefined;
     }
+    const pass = this.queue.pass();
     const res = await callJson(`/api/seckill/goods/${this.view.goodsId}/token`, PurchaseToken, {
       method: 'POST',
       auth: session.token,
       body: answer.body,
+      ...(pass ? { headers: { [PASS_HEADER]: pass } } : {}),
     });
     if (!res.ok) {
       if (res.code === 'CAPTCHA_FAILED') {
@@ -217,12 +239,31 @@ export class BuyFlow {
       }
       return undefined;
     }
-    return { userId: session.userId, key: newKey(), token: res.data.token, path: res.data.path };
+    return { userId: session.userId, key: newKey(), token: res.data.token, path: res.data.path, quantity: this.rules.quantity() };
   }
 
   private async poll(session: Session, requestId: string): Promise<void> {
-    const started = Date.now();
     const pendingKey = storageKeys.pending(session.userId, this.view.goodsId);
+    const live = this.queue.awaitResult(requestId);
+    if (live) {
+      const result = await this.hear(live, requestId);
+      if (this.ctx.session()?.userId !== session.userId) {
+        return;
+      }
+      if (!result) {
+        this.say('statusGaveUp');
+      } else if (result.status === 'SUCCESS' && result.orderId) {
+        saveLocal(pendingKey, undefined);
+        this.say('success');
+        this.onOrder(result.orderId);
+      } else {
+        saveLocal(pendingKey, undefined);
+        this.say();
+        this.fail({ ok: false, status: 200, code: result.reason ?? 'ORDER_FAILED', message: result.reason ?? '', requestId });
+      }
+      return;
+    }
+    const started = Date.now();
     for (let attempt = 0; ; attempt++) {
       await sleep(resultPollDelay(attempt));
       if (this.ctx.session()?.userId !== session.userId) {
@@ -260,6 +301,20 @@ export class BuyFlow {
     }
   }
 
+  /** The live channel's result, or undefined once POLL_GIVE_UP_MS pass without one. */
+  private async hear(live: Promise<Result>, requestId: string): Promise<Result | undefined> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const giveUp = new Promise<undefined>((resolve) => {
+      timer = setTimeout(() => resolve(undefined), POLL_GIVE_UP_MS);
+    });
+    const result = await Promise.race([live, giveUp]);
+    clearTimeout(timer);
+    if (!result) {
+      this.queue.forget(requestId);
+    }
+    return result;
+  }
+
   /** Shows why a step failed, and adjusts the page to it. */
   private fail(fail: ApiFail): void {
     if (fail.code === 'UNAUTHENTICATED') {
@@ -272,6 +327,10 @@ export class BuyFlow {
       void this.view.refresh();
     } else if (fail.code === 'TOKEN_INVALID') {
       this.attempt = undefined;
+    } else if (fail.code === 'NOT_ADMITTED') {
+      this.queue.notAdmitted();
+    } else if (fail.code === 'NOT_ELIGIBLE') {
+      this.rules.markNotEligible();
     }
     if (fail.code === 'RATE_LIMITED' || fail.retryAfterSeconds) {
       const s = fail.retryAfterSeconds ?? 5;

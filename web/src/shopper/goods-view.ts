@@ -82,6 +82,15 @@ export class GoodsView {
     }
   }
 
+  /** The stock left as the waiting room's events tell it: the bar drains without a refresh. */
+  setRemaining(remaining: number): void {
+    if (this.goods && this.goods.remaining !== remaining) {
+      this.goods = { ...this.goods, remaining };
+      this.renderStatic();
+      this.tick();
+    }
+  }
+
   /** Starts the once-a-second countdown, aligned to the server's second boundaries. */
   startTicking(): void {
     const loop = () => {

@@ -10,6 +10,8 @@ import type { ShopperContext } from './context';
 import { GoodsView } from './goods-view';
 import { type ShopperKey, shopperMessages } from './messages';
 import { OrderView } from './order-view';
+import { QueueView } from './queue-view';
+import { RulesView } from './rules-view';
 import { clearSession, currentSession, loginUrl, saveSession, takeHandoff } from './session';
 
 // The shopper page: `/` lists the sales, `/?goods=<id>` is one sale.
@@ -128,11 +130,17 @@ renderSession();
 async function showGoods(goodsId: number): Promise<void> {
   let order: OrderView | undefined;
   let buy: BuyFlow | undefined;
+  let queue: QueueView | undefined;
+  let rules: RulesView | undefined;
   const view = new GoodsView(ctx, goodsId, (state) => {
+    queue?.update(state);
+    rules?.update();
     buy?.update(state);
     order?.tick();
   });
-  buy = new BuyFlow(ctx, view, (orderId) => void order?.opened(orderId));
+  queue = new QueueView(ctx, view, () => buy?.update(view.state()));
+  rules = new RulesView(ctx, view, () => buy?.update(view.state()));
+  buy = new BuyFlow(ctx, view, (orderId) => void order?.opened(orderId), queue, rules);
   order = new OrderView(ctx, view, (live) => buy?.setHoldsOrder(live));
   i18n.onChange(() => {
     view.renderStatic();

@@ -1,17 +1,19 @@
 import { Hono } from 'hono';
 import { z } from 'zod';
-import { withDbFor } from '../../../db/client';
-import { findGoods, type GoodsRow, insertGoods, setGoodsPaused, setGoodsQueue, setGoodsShards, toGoodsInit } from '../../../db/goods';
-import { invalidateGoods } from '../../edge/goods-cache';
+import { changeAllowlist } from '../../../db/allowlist';
+import { dbOptions, httpDb, withDbFor } from '../../../db/client';
+import { findGoods, type GoodsRow, insertGoods, setGoodsPaused, setGoodsShards, toGoodsInit, updateGoodsSettings } from '../../../db/goods';
+import { getGoods, invalidateGoods } from '../../edge/goods-cache';
 import { goodsView } from '../../edge/goods-view';
 import { goodsStats } from '../../edge/stats';
-import { goodsSnapshot, initShards, pauseShards } from '../../edge/stock-shards';
+import { allowlistShards, goodsSnapshot, initShards, pauseShards } from '../../edge/stock-shards';
 import { commitSeed, pushRoomSettings, queueOf } from '../../edge/waiting-room';
 import type { Config } from '../../kernel/config';
-import { CreateGoodsBody, GoodsId, UpdateGoodsBody } from '../../kernel/contract';
+import { AllowlistBody, CreateGoodsBody, GoodsId, UpdateGoodsBody } from '../../kernel/contract';
 import { AppError } from '../../kernel/errors';
 import type { AppEnv } from '../context';
 import { adminAuth } from '../middleware/admin-auth';
+import { limitAllowlistBody } from '../middleware/body-limit';
 import { valid } from '../middleware/validate';
 import { adminOps } from './admin-ops';
 
@@ -34,21 +36,42 @@ export const admin = new Hono<AppEnv>()
   .put('/goods/:goodsId', valid('param', GoodsParam), valid('json', UpdateGoodsBody), async (c) => {
     const { goodsId } = c.req.valid('param');
     const body = c.req.valid('json');
+    const { shards, ...settings } = body;
     const row = await withDbFor(c.var.config, async (d) => {
       // The shard count first: a refused change (the sale started) changes nothing else either.
-      const resharded = body.shards === undefined ? undefined : await setGoodsShards(d, goodsId, body.shards, Date.now());
+      const resharded = shards === undefined ? undefined : await setGoodsShards(d, goodsId, shards, Date.now());
       if (resharded === 'SALE_STARTED') {
         throw new AppError('SALE_STARTED', 'shards can change only before the sale starts');
       }
-      return body.queue ? setGoodsQueue(d, goodsId, body.queue) : (resharded ?? findGoods(d, goodsId));
+      return Object.keys(settings).length > 0 ? updateGoodsSettings(d, goodsId, settings) : (resharded ?? findGoods(d, goodsId));
     });
     if (!row) {
       throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
     }
     await invalidateGoods(c.var.config);
     await Promise.all([commitSeed(c.env, row), pushRoomSettings(c.env, row)]);
-    const snapshot = body.shards === undefined ? (await goodsSnapshot(c.env, row)).total : await initShards(c.env, row, toGoodsInit(row));
+    // A new shard count or new sale rules take effect in every shard at once (a shard not made
+    // yet is made with them).
+    const rules = body.perUserLimit !== undefined || body.limitScope !== undefined || body.eligibility !== undefined;
+    const snapshot =
+      shards !== undefined || rules ? await initShards(c.env, row, toGoodsInit(row)) : (await goodsSnapshot(c.env, row)).total;
     return c.json(goodsAnswer(row, snapshot));
+  })
+
+  // Postgres first, in chunks of multi-row statements; then every stock shard of the goods, in
+  // chunks of RPCs, so the check where the unit is taken reads its own copy. A failure part-way
+  // is safe to repeat.
+  .put('/goods/:goodsId/allowlist', limitAllowlistBody, valid('param', GoodsParam), valid('json', AllowlistBody), async (c) => {
+    const { goodsId } = c.req.valid('param');
+    const add = c.req.valid('json').add ?? [];
+    const remove = c.req.valid('json').remove ?? [];
+    const row = await withDbFor(c.var.config, (d) => findGoods(d, goodsId), 1);
+    if (!row) {
+      throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
+    }
+    const count = await changeAllowlist(httpDb(dbOptions(c.var.config)), goodsId, add, remove);
+    await allowlistShards(c.env, row, add, remove);
+    return c.json({ count });
   })
 
   .post('/goods/:goodsId/prewarm', valid('param', GoodsParam), async (c) => {
@@ -73,7 +96,9 @@ export const admin = new Hono<AppEnv>()
     if (!stats) {
       throw new AppError('NOT_FOUND', 'no such goods');
     }
-    return c.json(stats);
+    // The queue's settings beside its figures, so the dashboard's mode switch keeps the rest of them.
+    const queueSettings = await getGoods(c.var.config, stats.goodsId).then(queueOf, () => undefined);
+    return c.json({ ...stats, ...(queueSettings ? { queueSettings } : {}) });
   });
 
 async function setPaused(env: Env, config: Config, goodsId: number, paused: boolean) {

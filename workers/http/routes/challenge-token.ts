@@ -1,5 +1,6 @@
 import { Hono } from 'hono';
 import { issueChallenge, passChallenge } from '../../edge/captcha';
+import { requireEligible } from '../../edge/eligibility';
 import { PURCHASE_TOKEN_TTL_MS, refuseIfEnded } from '../../edge/purchase';
 import { issuePurchaseToken } from '../../edge/signed';
 import { soldOutNow } from '../../edge/sold-out';
@@ -41,6 +42,8 @@ export const challengeToken = new Hono<AppEnv>()
         throw new AppError('SOLD_OUT');
       }
       await passChallenge(c.env, config, limits.powDifficulty, body, { userId, goodsId: goods.id, ip: c.var.clientIp }, now);
+      // 403 NOT_ELIGIBLE / 409 LIMIT_REACHED before a token is spent on a shopper who cannot buy.
+      await requireEligible(config, goods, userId);
       const issued = await issuePurchaseToken(config.tokenSecret, userId, goods.id, PURCHASE_TOKEN_TTL_MS, now);
       return c.json({ token: issued.token, path: issued.path, expiresAt: new Date(issued.expiresAt).toISOString() });
     },

@@ -4,6 +4,7 @@ import { getGoods } from '../../edge/goods-cache';
 import { askObjectReset, DEV_FAULT, DevFaultsBody, DevResetBody, devFaults, setDevFaults } from '../../kernel/dev-faults';
 import { AppError } from '../../kernel/errors';
 import { log } from '../../kernel/log';
+import { ObjectCallsBody, objectCalls, setObjectCalls } from '../../kernel/object-calls';
 import type { AppEnv } from '../context';
 import { adminAuth } from '../middleware/admin-auth';
 import { valid } from '../middleware/validate';
@@ -21,6 +22,15 @@ export const devFaultRoutes = new Hono<AppEnv>()
   }, adminAuth)
 
   .get('/', (c) => c.json(devFaults()))
+
+  // Durable Object calls counted by class and method, and a delay on each (the bench's model).
+  .get('/object-calls', (c) => c.json(objectCalls()))
+
+  .put('/object-calls', valid('json', ObjectCallsBody), (c) => {
+    const body = c.req.valid('json');
+    log.warn('dev_fault.object_calls', { requestId: c.var.traceId, ...body });
+    return c.json(setObjectCalls(body));
+  })
 
   .put('/', valid('json', DevFaultsBody), (c) => {
     const body = c.req.valid('json');

@@ -1,10 +1,13 @@
 import { Hono } from 'hono';
+import { shopperStanding } from '../../../db/allowlist';
+import { dbOptions, httpDb } from '../../../db/client';
 import { currentGoods } from '../../edge/goods-cache';
 import { goodsView } from '../../edge/goods-view';
 import { noteStock } from '../../edge/sold-out';
 import { readRemaining } from '../../edge/stock-reads';
 import type { AppEnv } from '../context';
 import { goodsInPath, loadGoods } from '../middleware/goods';
+import { shopperAuth } from '../middleware/shopper-auth';
 
 /** The goods pages: the list and one goods, stock from the mirror (or the object when it lacks it). */
 export const goods = new Hono<AppEnv>()
@@ -23,4 +26,14 @@ export const goods = new Hono<AppEnv>()
     const [stock] = await readRemaining(c.env, c.var.config, [row]);
     noteStock(row.id, stock);
     return c.json(goodsView(row, stock?.snapshot, stock?.remaining, Date.now()));
+  })
+
+  // What the page tells a shopper before the sale: may they buy, how many, how many they hold
+  // (live orders in Postgres; a purchase still on its way there is not counted yet).
+  .get('/goods/:goodsId/eligibility', shopperAuth, goodsInPath, loadGoods, async (c) => {
+    const { goods, userId } = c.var;
+    const standing = await shopperStanding(httpDb(dbOptions(c.var.config)), goods, userId);
+    const listed = goods.eligibility !== 'allowlist' || standing.listed;
+    const elsewhere = goods.limitScope === 'activity' && standing.elsewhere;
+    return c.json({ eligible: listed && !elsewhere, perUserLimit: goods.perUserLimit, held: standing.held });
   });

@@ -4,6 +4,7 @@ import { closePendingOrder, findOrder, type OrderRow } from '../../../db/lifecyc
 import { createPayment, markPaymentFailed } from '../../../db/payments';
 import { placementOf } from '../../edge/placements';
 import { releaseOrRepair } from '../../edge/release';
+import { enqueueDeliveries } from '../../edge/webhooks';
 import { OrderParam, PayBody } from '../../kernel/contract';
 import { randomId } from '../../kernel/crypto';
 import { AppError } from '../../kernel/errors';
@@ -28,6 +29,8 @@ export function orderView(o: OrderRow) {
     userId: o.userId,
     status: orderStatusName(o.status),
     priceCents: o.priceCents,
+    quantity: o.quantity,
+    amountCents: o.priceCents * o.quantity,
     payDeadline: o.payDeadline.toISOString(),
     createdAt: o.createdAt.toISOString(),
     ...(o.paidAt ? { paidAt: o.paidAt.toISOString() } : {}),
@@ -128,6 +131,8 @@ export const orders = new Hono<AppEnv>()
     if (result.kind !== 'closed') {
       throw notCancellable(result.order);
     }
+    // The shop hears of it after the answer (a lost send is re-sent by the cron).
+    c.executionCtx.waitUntil(enqueueDeliveries(c.env, result.webhookIds));
     // Postgres has the unit back already; the goods' object gets it now, or from the queue later.
     await releaseOrRepair(c.env, await placementOf(http, order.goodsId), result.order);
     return c.json(orderView(result.order));

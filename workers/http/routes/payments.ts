@@ -1,6 +1,7 @@
 import { Hono } from 'hono';
 import { withDbFor } from '../../../db/client';
 import { applyPaymentEvent } from '../../../db/payments';
+import { enqueueDeliveries } from '../../edge/webhooks';
 import { AppError } from '../../kernel/errors';
 import { log } from '../../kernel/log';
 import { orderStatusName } from '../../kernel/order-status';
@@ -43,6 +44,8 @@ export const payments = new Hono<AppEnv>().post('/callback', async (c) => {
       throw new AppError('AMOUNT_MISMATCH', `amountCents ${event.amountCents} does not match the payment's ${result.expectedCents}`);
   }
   log.info('payment.event', { eventId: event.eventId, orderId: event.orderId, paymentId: event.paymentId, outcome: result.outcome });
+  // The shop's order.paid / order.refunded event goes out after the answer.
+  c.executionCtx.waitUntil(enqueueDeliveries(c.env, result.webhookIds));
   const refund = result.refund;
   if (refund) {
     // The provider waits for this answer; the refund goes out after it (the cron retries it).

@@ -31,7 +31,7 @@ import { validInto } from '../middleware/validate';
 // Before it, on every shopper route (app.ts): clientAddress, loadLimits, ipShield.
 //
 //   requireJson      415 unless the body is JSON
-//   purchaseBody     400 unless it is {goodsId, token}
+//   purchaseBody     400 unless it is {goodsId, token, quantity?} (quantity 1-100, default 1)
 //   refuseFromCache  without an Idempotency-Key: 404 unknown goods, 410 ENDED, 425 NOT_STARTED,
 //                    423 PAUSED, 410 SOLD_OUT from the isolate's copies (no sign-in needed, so
 //                    the flood after a sell-out costs neither a signature check nor an object call;
@@ -47,17 +47,29 @@ import { validInto } from '../middleware/validate';
 //                    keyed purchases it accepted lately; this isolate remembers its own answers)
 //   saleLimits       429 RATE_LIMITED / 403 BANNED: exact per-IP and per-shopper limits, bans
 //   loadGoods        the goods' row (read by an earlier step already; 404 unknown goods)
+//   withinLimit      400 INVALID_INPUT when the quantity is above the goods' perUserLimit
 //   verifyToken      403 TOKEN_INVALID unless token and path are this shopper's, for this goods,
 //                    and unexpired (a keyed retry: expired less than KEYED_GRACE_MS ago)
 //   inFlightCap      503 BUSY when this isolate already has inFlightPerGoods waiting on the object
 //   admission        503 BUSY beyond admissionPerSecond to the goods' object, across isolates
-//   reserveUnit      the goods' object decides (group commit); 202 with the purchase id, or its refusal
+//   reserveUnit      the goods' object decides (group commit): eligibility (403 NOT_ELIGIBLE), the
+//                    shopper's limit (409 LIMIT_REACHED), the units left (410 SOLD_OUT, with
+//                    `remaining` when fewer are left than asked for); 202 with the purchase id
 
 const step = createMiddleware<AppEnv>;
 
 const purchaseBody = validInto('json', PurchaseBody, (c, body) => {
   c.set('goodsId', body.goodsId);
   c.set('purchaseToken', body.token);
+  c.set('quantity', body.quantity);
+});
+
+const withinLimit = step(async function withinLimit(c, next) {
+  const { goods, quantity } = c.var;
+  if (quantity > goods.perUserLimit) {
+    throw new AppError('INVALID_INPUT', `json quantity: at most ${goods.perUserLimit} per shopper for this goods`);
+  }
+  await next();
 });
 
 /** The answers the isolate's copies give: each counts toward the client's ban. */
@@ -136,7 +148,14 @@ const admission = step(async function admission(c, next) {
 
 const reserveUnit = step(async function reserveUnit(c) {
   const { goods, userId, verified, purchaseId, idempotencyKey: key } = c.var;
-  const item = { requestId: purchaseId, userId, tokenId: verified.tokenId, tokenExpiresAt: verified.expiresAt, keyed: key !== undefined };
+  const item = {
+    requestId: purchaseId,
+    userId,
+    tokenId: verified.tokenId,
+    tokenExpiresAt: verified.expiresAt,
+    keyed: key !== undefined,
+    ...(c.var.quantity !== 1 ? { quantity: c.var.quantity } : {}),
+  };
   let outcome: ReserveOutcome;
   try {
     outcome = await reserve(c.env, goods, item, waitUntilOf(c));
@@ -148,10 +167,13 @@ const reserveUnit = step(async function reserveUnit(c) {
     rememberKeyedAnswer(purchaseId, verified.expiresAt + KEYED_GRACE_MS);
   }
   if (!outcome.ok) {
-    if (outcome.reason === 'SOLD_OUT') {
+    // Fewer units left than asked for is not sold out: others may still buy what is left. A
+    // replayed SOLD_OUT of a purchase of several units may have been such a refusal too.
+    const soldOut = outcome.reason === 'SOLD_OUT' && !outcome.remaining && !(outcome.replay && c.var.quantity > 1);
+    if (soldOut) {
       markSoldOut(goods.id, Date.now(), acceptedKeyedOf(outcome));
     }
-    throw refusal(outcome.reason);
+    throw refusal(outcome.reason, outcome.remaining);
   }
   if (!outcome.replay) {
     markInStock(goods.id);
@@ -185,6 +207,7 @@ export const purchase = new Hono<AppEnv>().post(
   refuseKeyed,
   saleLimits('purchase'),
   loadGoods,
+  withinLimit,
   verifyToken,
   inFlightCap,
   admission,

@@ -1,5 +1,6 @@
 import { Hono } from 'hono';
 import { z } from 'zod';
+import { requireEligible } from '../../edge/eligibility';
 import { refuseIfEnded } from '../../edge/purchase';
 import { readRemaining } from '../../edge/stock-reads';
 import { joinRoom, ticketStatus } from '../../edge/waiting-room';
@@ -25,6 +26,8 @@ export const queue = new Hono<AppEnv>()
   .post('/goods/:goodsId/queue', shopperAuth, goodsInPath, loadGoods, async (c) => {
     const { config, goods, userId } = c.var;
     refuseIfEnded(goods, Date.now());
+    // The line admits only shoppers who may buy: 403 NOT_ELIGIBLE before a ticket is made.
+    await requireEligible(config, goods, userId);
     const remaining = async () => (await readRemaining(c.env, config, [goods]))[0]?.remaining ?? goods.stock;
     return c.json(await joinRoom(c.env, config, goods, userId, remaining));
   })

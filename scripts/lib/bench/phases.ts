@@ -1,0 +1,234 @@
+// The bench's phases beyond the floor, purchase, sold-out and consumer phases of bench.ts: the
+// object calls behind the capacity model (and the CPU they cost), purchases under a delay on
+// every object call, a sharded goods beside the one-shard purchase phase, the waiting room, and
+// the classic stack. Each returns its numbers and the goods whose invariants bench.ts checks.
+import { type AdminApi, liveOrders } from '../load/admin.ts';
+import type { HttpClient } from '../load/http-client.ts';
+import { round } from '../load/metrics.ts';
+import { acceptedCollector, purchaseRequests } from './buyers.ts';
+import type { PhaseOptions, PhaseResult } from './cannon.ts';
+import { type ClassicRun, classicServices, runClassic } from './classic/index.ts';
+import type { BenchSecrets, Minter } from './mint.ts';
+import { type CapacityModel, type ClassInputs, capacityModel, modelInputs } from './model.ts';
+import { bundleModules, byClass, type ClassCalls, countCalls, cpuByClass, journeys, type ObjectCallsApi } from './objects.ts';
+import type { BenchOptions } from './options.ts';
+import type { Profiler } from './profile.ts';
+import { type QueuePhase, runQueuePhase } from './room.ts';
+
+export type BenchContext = {
+  o: BenchOptions;
+  url: string;
+  http: HttpClient;
+  admin: AdminApi;
+  calls: ObjectCallsApi;
+  minter: Minter;
+  secrets: BenchSecrets;
+  profiler: Profiler;
+  scriptPath: string;
+  phase: (extra: Partial<PhaseOptions>) => Promise<PhaseResult>;
+  say: (line: string) => void;
+};
+export type CheckedGoods = { name: string; goodsId: number; accepted: Set<string> };
+
+/** A goods on sale now with `stock` units (and any contract-addition settings). */
+async function saleGoods(c: BenchContext, title: string, stock: number, settings?: Parameters<AdminApi['createGoods']>[0]['settings']) {
+  return c.admin.createGoods({ stock, title: `Bench: ${title}`, ...(settings ? { settings } : {}) });
+}
+
+/** Purchases by `count` fresh shoppers on `goodsId` for `durationS`; the 202s land in `accepted`. */
+async function purchases(
+  c: BenchContext,
+  prefix: string,
+  goodsId: number,
+  count: number,
+  accepted: Set<string>,
+  durationS = c.o.durationS,
+) {
+  const users = await c.minter.users(prefix, count);
+  const buyers = purchaseRequests(await c.minter.tokens(users, goodsId), goodsId, c.o.idempotencyKeys);
+  return c.phase({ durationS, maxRequests: count, next: buyers.next, onAnswer: acceptedCollector(accepted) });
+}
+
+export type ModelPhase = {
+  model: CapacityModel;
+  cpu: { durationS: number; purchases: number; rps: number; cpuMs: Record<string, number>; calls: ClassCalls; busyMs: number };
+  journey: { shoppers: number; accepted: number; refused: Record<string, number>; perPurchase: ClassInputs[] };
+};
+
+/**
+ * The capacity model's inputs: calls per purchase from the purchase phase's counts, the CPU per
+ * call from a profiled purchase phase of its own, and a shopper's whole journey through HTTP.
+ */
+export async function modelPhase(
+  c: BenchContext,
+  purchase: { calls: ClassCalls; accepted: number; rps: number },
+): Promise<{ result: ModelPhase; goods: CheckedGoods[] }> {
+  const durationS = Math.min(c.o.durationS, 5);
+  c.say(`Object CPU: a profiled purchase phase of ${durationS} s...`);
+  const cpuGoods = await saleGoods(c, 'object CPU', 2_000_000);
+  const cpuAccepted = new Set<string>();
+  const count = Math.max(c.o.connections * 4, Math.ceil(purchase.rps * durationS * 1.5));
+  const users = await c.minter.users('cpu', count);
+  const buyers = purchaseRequests(await c.minter.tokens(users, cpuGoods.goodsId), cpuGoods.goodsId, c.o.idempotencyKeys);
+  await c.profiler.start();
+  const counted = await countCalls(c.calls, () =>
+    c.phase({ durationS, maxRequests: count, next: buyers.next, onAnswer: acceptedCollector(cpuAccepted) }),
+  );
+  const profile = await c.profiler.stop();
+  const moduleOf = await bundleModules(c.scriptPath);
+  const cpuMs = cpuByClass(profile, moduleOf);
+  const cpuCalls = byClass(counted.counts);
+  const inputs = modelInputs(purchase.calls, purchase.accepted, {}).map((i) => {
+    const ms = cpuMs[i.cls];
+    const n = cpuCalls[i.cls]?.calls;
+    return { ...i, cpuMsPerCall: ms !== undefined && n ? round(ms / n, 3) : null };
+  });
+
+  const journeyCount = Math.min(1_000, Math.max(50, c.o.connections * 2));
+  c.say(`Journeys: ${journeyCount} shoppers through challenge, token and purchase...`);
+  const journeyGoods = await saleGoods(c, 'journey', journeyCount);
+  const journeyUsers = await c.minter.users('journey', journeyCount);
+  const walked = await countCalls(c.calls, () =>
+    journeys({ http: c.http, goodsId: journeyGoods.goodsId, users: journeyUsers, concurrency: Math.min(c.o.connections, 50) }),
+  );
+  const busyUs = profile.samples.reduce((sum, _id, i) => sum + (profile.timeDeltas[i + 1] ?? 0), 0);
+  return {
+    result: {
+      model: capacityModel(inputs, purchase.accepted),
+      cpu: {
+        durationS: counted.result.durationS,
+        purchases: cpuAccepted.size,
+        rps: counted.result.rps,
+        cpuMs,
+        calls: cpuCalls,
+        busyMs: round(busyUs / 1000),
+      },
+      journey: { ...walked.result, perPurchase: modelInputs(byClass(walked.counts), walked.result.accepted) },
+    },
+    // The journey's 202s are counted, not collected: its goods is checked through the stats alone.
+    goods: [{ name: 'object CPU', goodsId: cpuGoods.goodsId, accepted: cpuAccepted }],
+  };
+}
+
+export type DelayPhase = PhaseResult & {
+  delayMs: number;
+  accepted: number;
+  /** Object calls a purchase waited on one after another: (p50 - p50 undelayed) / delay, and the same at p99. */
+  sequentialCallsP50: number;
+  sequentialCallsP99: number;
+};
+
+/** Purchases while every object call waits `delayMs` first (an object far from the isolate). */
+export async function delayPhase(c: BenchContext, baseline: PhaseResult): Promise<{ result: DelayPhase; goods: CheckedGoods[] }> {
+  const delayMs = c.o.objectDelayMs;
+  c.say(`Object delay: purchases with ${delayMs} ms before every object call, ${c.o.durationS} s...`);
+  const goods = await saleGoods(c, `object delay ${delayMs} ms`, 2_000_000);
+  const accepted = new Set<string>();
+  const count = Math.ceil(((c.o.connections * 1000) / delayMs) * c.o.durationS * 1.2);
+  await c.calls.set({ delayMs });
+  let phase: PhaseResult;
+  try {
+    phase = await purchases(c, 'delayed', goods.goodsId, count, accepted);
+  } finally {
+    await c.calls.set({ delayMs: 0 });
+  }
+  return {
+    result: {
+      ...phase,
+      delayMs,
+      accepted: accepted.size,
+      sequentialCallsP50: round((phase.p50Ms - baseline.p50Ms) / delayMs, 2),
+      sequentialCallsP99: round((phase.p99Ms - baseline.p99Ms) / delayMs, 2),
+    },
+    goods: [{ name: `object delay ${delayMs} ms`, goodsId: goods.goodsId, accepted }],
+  };
+}
+
+export type ShardPhase = PhaseResult & {
+  shardsAsked: number;
+  /** Shards the stats report (`shards: [...]`); 1 when the stats have no such list. */
+  shardsReported: number;
+  stock: number;
+  accepted: number;
+  acceptedPerSec: number;
+  ratioToOneShard: number | null;
+  sellOut: PhaseResult | null;
+  soldAll: boolean;
+  remaining: number | null;
+};
+
+/**
+ * A goods with `shards` stock shards: purchases for the phase's time (throughput beside the
+ * one-shard purchase phase), then more shoppers until every unit is sold.
+ */
+export async function shardPhase(
+  c: BenchContext,
+  oneShard: { acceptedPerSec: number; shoppers: number },
+): Promise<{ result: ShardPhase; goods: CheckedGoods[] }> {
+  const shards = c.o.shards;
+  const stock = Math.max(c.o.connections * 2, Math.ceil(oneShard.acceptedPerSec * c.o.durationS * 1.2));
+  c.say(`${shards} shards: ${stock} units, purchases for ${c.o.durationS} s, then until sold out...`);
+  const goods = await saleGoods(c, `${shards} shards`, stock, { shards });
+  const accepted = new Set<string>();
+  const timed = await purchases(c, `shard${shards}`, goods.goodsId, Math.max(oneShard.shoppers, c.o.connections), accepted);
+  const inPhase = accepted.size;
+  await c.admin.waitAtRest(goods.goodsId, { timeoutMs: 300_000, intervalMs: 200 });
+  const left = (await c.admin.stats(goods.goodsId)).doRemaining ?? 0;
+  // Twice the shoppers of the units left: a sale with more demand than stock sells every unit.
+  const sellOut = left > 0 ? await purchases(c, `shard${shards}-last`, goods.goodsId, left * 2 + c.o.connections, accepted, 120) : null;
+  const { stats } = await c.admin.waitAtRest(goods.goodsId, { timeoutMs: 300_000, intervalMs: 200 });
+  // Sold out by the stats: autocannon stops listening at the end of a phase, so a few 202s
+  // may go uncounted here (the invariants compare Postgres with the 202s it did see).
+  const soldAll = stats !== undefined && stats.doRemaining === 0 && liveOrders(stats) === stock;
+  const listed = stats && 'shards' in stats && Array.isArray(stats.shards) ? stats.shards.length : 1;
+  const acceptedPerSec = round(inPhase / Math.max(timed.durationS, 0.001));
+  return {
+    result: {
+      ...timed,
+      shardsAsked: shards,
+      shardsReported: listed,
+      stock,
+      accepted: inPhase,
+      acceptedPerSec,
+      ratioToOneShard: oneShard.acceptedPerSec > 0 ? round(acceptedPerSec / oneShard.acceptedPerSec, 2) : null,
+      sellOut,
+      soldAll,
+      remaining: stats?.doRemaining ?? null,
+    },
+    goods: [{ name: `${shards} shards`, goodsId: goods.goodsId, accepted }],
+  };
+}
+
+/** The waiting room's phase: every shopper joins, holds the live channel, is admitted and buys. */
+export async function queuePhase(c: BenchContext): Promise<{ result: QueuePhase; goods: CheckedGoods[] }> {
+  const n = c.o.queueShoppers;
+  const admitPerSecond = c.o.admitPerSecond;
+  c.say(`Queue: ${n} shoppers join an always-on line (${admitPerSecond}/s), hold the live channel, buy...`);
+  const goods = await saleGoods(c, 'waiting room', n, { queue: { mode: 'always', admitPerSecond } });
+  const users = await c.minter.users('line', n);
+  const { phase, accepted } = await runQueuePhase({
+    http: c.http,
+    url: c.url,
+    goodsId: goods.goodsId,
+    users,
+    admitPerSecond,
+    connections: c.o.connections,
+    timeoutMs: Math.ceil((n / admitPerSecond) * 3_000) + 60_000,
+  });
+  return { result: phase, goods: [{ name: 'waiting room', goodsId: goods.goodsId, accepted }] };
+}
+
+/** The classic stack on the real redis-server and PostgreSQL, or why it was skipped. */
+export async function classicPhase(c: BenchContext, shoppers: number): Promise<ClassicRun | { skipped: string }> {
+  if (!c.o.classic) {
+    return { skipped: '--no-classic' };
+  }
+  const services = await classicServices(c.o.redisUrl, c.o.databaseUrl);
+  if ('skipped' in services) {
+    c.say(`Classic stack skipped: ${services.skipped}`);
+    return services;
+  }
+  c.say(`Classic stack: Node + Redis Lua + a Redis list + a pg worker, ${c.o.durationS} s...`);
+  const users = await c.minter.users('classic', shoppers);
+  return runClassic({ ...services, jwtSecret: c.secrets.AUTH_JWT_SECRET, users, connections: c.o.connections, durationS: c.o.durationS });
+}

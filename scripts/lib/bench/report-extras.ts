@@ -1,0 +1,126 @@
+// The bench table's later sections: the capacity model and its inputs, the delayed, sharded,
+// waiting-room and classic-stack phases.
+import { fmt, table } from '../load/metrics.ts';
+import type { ClassicRun } from './classic/index.ts';
+import { MODEL_SHARDS, objectsPerGoods, TARGET_PURCHASES_PER_SEC } from './model.ts';
+import type { DelayPhase, ModelPhase, ShardPhase } from './phases.ts';
+import type { QueuePhase } from './room.ts';
+
+type Extras = {
+  purchase: { acceptedPerSec: number };
+  model: ModelPhase;
+  objectDelay: DelayPhase | null;
+  shards: ShardPhase | null;
+  queue: QueuePhase | null;
+  classic: ClassicRun | { skipped: string };
+};
+
+/** Lines for the model, the delay, the shards, the queue and the classic stack. */
+export function formatExtras(r: Extras): string[] {
+  const { model, cpu, journey } = r.model;
+  const journeyOf = new Map(journey.perPurchase.map((i) => [i.cls, i]));
+  const lines = [
+    '',
+    `Capacity model: object calls per accepted purchase (purchase phase, ${fmt(model.purchases)} purchases), CPU per call ` +
+      `(profiled phase, ${fmt(cpu.purchases)} purchases), ${fmt(model.limitPerObject)} requests/s per object`,
+    table([
+      [
+        'object class',
+        'calls/purchase',
+        'requests/purchase',
+        'journey calls',
+        'journey requests',
+        'CPU ms/call',
+        'CPU ms',
+        'objects (1/16 shards)',
+      ],
+      ...model.inputs.map((i) => [
+        i.cls,
+        fmt(i.callsPerPurchase, 3),
+        fmt(i.requestsPerPurchase, 3),
+        fmt(journeyOf.get(i.cls)?.callsPerPurchase, 3),
+        fmt(journeyOf.get(i.cls)?.requestsPerPurchase, 3),
+        fmt(i.cpuMsPerCall, 3),
+        fmt(cpu.cpuMs[i.cls], 1),
+        `${objectsPerGoods(i.cls, 1)}/${objectsPerGoods(i.cls, 16)}`,
+      ]),
+    ]),
+    '',
+    table([
+      [
+        'shards',
+        'purchases/s (calls as measured)',
+        'limited by',
+        'purchases/s (one call per request)',
+        'limited by',
+        `hottest object at ${fmt(TARGET_PURCHASES_PER_SEC)}/s`,
+      ],
+      ...model.scenarios.map((s) => {
+        const hot = Object.entries(s.perObjectAtTarget).sort((a, b) => b[1] - a[1])[0];
+        return [
+          String(s.shards),
+          fmt(s.measured.purchasesPerSec),
+          s.measured.limitedBy ?? '-',
+          fmt(s.production.purchasesPerSec),
+          s.production.limitedBy ?? '-',
+          hot ? `${hot[0]} ${fmt(hot[1])} calls/s` : '-',
+        ];
+      }),
+    ]),
+    `(shards modelled: ${MODEL_SHARDS.join(', ')}; a journey is challenge + token + purchase, ${fmt(journey.accepted)} of ${fmt(journey.shoppers)} accepted)`,
+  ];
+  const rows: string[][] = [['phase', 'requests', 'req/s', 'p50 ms', 'p90 ms', 'p99 ms', 'notes']];
+  const d = r.objectDelay;
+  if (d) {
+    rows.push([
+      `purchase, ${d.delayMs} ms before each object call`,
+      fmt(d.requests),
+      fmt(d.rps),
+      fmt(d.p50Ms),
+      fmt(d.p90Ms),
+      fmt(d.p99Ms),
+      `${d.sequentialCallsP50} sequential calls at p50, ${d.sequentialCallsP99} at p99`,
+    ]);
+  }
+  const s = r.shards;
+  if (s) {
+    rows.push([
+      `purchase, ${s.shardsAsked} shards`,
+      fmt(s.requests),
+      fmt(s.rps),
+      fmt(s.p50Ms),
+      fmt(s.p90Ms),
+      fmt(s.p99Ms),
+      `${fmt(s.acceptedPerSec)} purchases/s, ${s.ratioToOneShard}x of 1 shard; ${s.shardsReported} in the stats; ` +
+        `${s.soldAll ? `all ${fmt(s.stock)} units sold` : `${fmt(s.remaining)} of ${fmt(s.stock)} units left`}`,
+    ]);
+  }
+  const c = 'skipped' in r.classic ? undefined : r.classic;
+  if (c) {
+    rows.push([
+      'classic stack (Node + Redis Lua + pg)',
+      fmt(c.requests),
+      fmt(c.rps),
+      fmt(c.p50Ms),
+      fmt(c.p90Ms),
+      fmt(c.p99Ms),
+      `${fmt(c.accepted)} accepted, ${fmt(c.ordersPerSec)} orders/s written, drained ${fmt(c.drainMs)} ms after; ${c.invariants.detail}`,
+    ]);
+  }
+  lines.push('', table(rows));
+  if (!c && 'skipped' in r.classic) {
+    lines.push(`Classic stack: skipped (${r.classic.skipped})`);
+  }
+  const q = r.queue;
+  if (q) {
+    lines.push(
+      '',
+      `Waiting room: ${fmt(q.shoppers)} shoppers, ${fmt(q.admitPerSecond)} admitted/s: joined ${fmt(q.joinedPerSec)}/s, ` +
+        `${fmt(q.liveMessages)} live messages (${fmt(q.liveMessagesPerSec)}/s), ${fmt(q.admitted)} admitted, ${fmt(q.accepted)} bought, ` +
+        `${fmt(q.soldOut)} told sold out, ${fmt(q.timedOut)} unfinished in ${fmt(q.durationS, 1)} s`,
+      `  ETA error (actual admission - promised): |p50| ${fmt(q.etaError.p50AbsS, 1)} s, |p90| ${fmt(q.etaError.p90AbsS, 1)} s, ` +
+        `mean ${fmt(q.etaError.meanS, 2)} s, the last tenth of the line ${fmt(q.etaError.lastTenthMeanAbsS, 2)} s`,
+    );
+  }
+  return lines;
+}

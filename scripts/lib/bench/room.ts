@@ -1,0 +1,215 @@
+// The bench's queue phase: a goods whose waiting room is always on. Shoppers join the line
+// (POST .../queue), hold the live WebSocket (GET .../live?ticket=), and when the room admits
+// them, ask for a purchase token with their admission pass and buy. It reports how fast
+// shoppers joined, how many live messages a second the room pushed, and how far each admitted
+// shopper's promised ETA was from when the room actually let them in.
+import WebSocket from 'ws';
+import type { HttpClient } from '../load/http-client.ts';
+import { percentiles, round } from '../load/metrics.ts';
+import { challengeAnswer } from '../load/shoppers.ts';
+import type { BenchUser } from './mint.ts';
+
+export type QueuePhase = {
+  shoppers: number;
+  admitPerSecond: number;
+  joined: number;
+  joinedPerSec: number;
+  liveMessages: number;
+  liveMessagesPerSec: number;
+  admitted: number;
+  soldOut: number;
+  accepted: number;
+  refused: Record<string, number>;
+  /** Seconds: actual admission minus the ETA the join promised (positive: later than promised). */
+  etaError: { p50AbsS: number | null; p90AbsS: number | null; meanS: number | null; lastTenthMeanAbsS: number | null };
+  durationS: number;
+  timedOut: number;
+};
+
+type Shopper = BenchUser & {
+  ticket?: string;
+  joinedAt: number;
+  etaS: number;
+  admittedAt?: number;
+  pass?: string;
+  done: boolean;
+  socket?: WebSocket;
+};
+
+/** Runs `work(item)` over `items`, `concurrency` at a time. */
+async function pool<T>(items: T[], concurrency: number, work: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(concurrency, items.length) }, async () => {
+      for (let item = items[next++]; item !== undefined; item = items[next++]) {
+        await work(item);
+      }
+    }),
+  );
+}
+
+/** One queue phase on `goodsId` (a goods with `queue: {mode: "always"}` and stock for everyone). */
+export async function runQueuePhase(o: {
+  http: HttpClient;
+  url: string;
+  goodsId: number;
+  users: BenchUser[];
+  admitPerSecond: number;
+  connections: number;
+  timeoutMs: number;
+}): Promise<{ phase: QueuePhase; accepted: Set<string> }> {
+  const shoppers: Shopper[] = o.users.map((u) => ({ ...u, joinedAt: 0, etaS: 0, done: false }));
+  const accepted = new Set<string>();
+  const refused: Record<string, number> = {};
+  const refuse = (s: Shopper, why: string) => {
+    refused[why] = (refused[why] ?? 0) + 1;
+    s.done = true;
+  };
+  let liveMessages = 0;
+  let firstLiveAt = 0;
+  let lastLiveAt = 0;
+  const buyers: Shopper[] = [];
+  let wake: (() => void) | undefined;
+
+  const admit = (s: Shopper, pass: unknown) => {
+    if (s.admittedAt === undefined && typeof pass === 'string') {
+      s.admittedAt = Date.now();
+      s.pass = pass;
+      buyers.push(s);
+      wake?.();
+    }
+  };
+
+  const started = Date.now();
+  await pool(shoppers, o.connections, async (s) => {
+    s.joinedAt = Date.now();
+    const joined = await o.http.post(`/api/seckill/goods/${o.goodsId}/queue`, { headers: { authorization: `Bearer ${s.jwt}` } });
+    const body = joined.json as { ticket?: string; state?: string; etaSeconds?: number; pass?: string } | undefined;
+    if (joined.status !== 200 || !body?.ticket) {
+      refuse(s, `join ${joined.status}`);
+      return;
+    }
+    s.ticket = body.ticket;
+    s.etaS = body.etaSeconds ?? 0;
+    if (body.state === 'ADMITTED') {
+      admit(s, body.pass);
+    } else if (body.state === 'SOLD_OUT') {
+      refuse(s, 'sold out in line');
+    }
+  });
+  const joinedAll = Date.now();
+
+  const wsBase = o.url.replace(/^http/, 'ws');
+  await pool(
+    shoppers.filter((s) => s.ticket && !s.done),
+    o.connections,
+    (s) =>
+      new Promise<void>((resolve) => {
+        const socket = new WebSocket(`${wsBase}/api/seckill/goods/${o.goodsId}/live?ticket=${encodeURIComponent(s.ticket ?? '')}`);
+        s.socket = socket;
+        socket.on('open', () => resolve());
+        socket.on('error', () => resolve());
+        socket.on('message', (data) => {
+          liveMessages++;
+          lastLiveAt = Date.now();
+          firstLiveAt ||= lastLiveAt;
+          let event: { type?: string; pass?: unknown } = {};
+          try {
+            event = JSON.parse(String(data)) as typeof event;
+          } catch {
+            return;
+          }
+          if (event.type === 'admitted') {
+            admit(s, event.pass);
+          } else if (event.type === 'sold_out' && s.admittedAt === undefined && !s.done) {
+            refuse(s, 'sold out in line');
+          }
+        });
+      }),
+  );
+
+  const buy = async (s: Shopper) => {
+    const headers = { authorization: `Bearer ${s.jwt}` };
+    const challenge = await o.http.post(`/api/seckill/goods/${o.goodsId}/challenge`, { headers });
+    const answer = challenge.status === 200 ? await challengeAnswer(challenge.json) : { error: `challenge ${challenge.status}` };
+    if (!answer.body) {
+      refuse(s, answer.error ?? 'challenge');
+      return;
+    }
+    const token = await o.http.post(`/api/seckill/goods/${o.goodsId}/token`, {
+      headers: { ...headers, 'x-admission-pass': s.pass ?? '' },
+      json: answer.body,
+    });
+    const issued = token.json as { token?: string; path?: string } | undefined;
+    if (token.status !== 200 || !issued?.token || !issued.path) {
+      refuse(s, `token ${token.status}`);
+      return;
+    }
+    const bought = await o.http.post(`/api/seckill/do/${issued.path}`, { headers, json: { goodsId: o.goodsId, token: issued.token } });
+    const requestId = bought.status === 202 ? /"requestId":"([^"]+)"/.exec(bought.body)?.[1] : undefined;
+    if (requestId) {
+      accepted.add(requestId);
+      s.done = true;
+    } else {
+      refuse(s, `purchase ${bought.status}`);
+    }
+  };
+
+  // Buyers take admitted shoppers as the room lets them in, until everyone is done or time is up.
+  const deadline = Date.now() + o.timeoutMs;
+  const allDone = () => shoppers.every((s) => s.done);
+  await Promise.all(
+    Array.from({ length: o.connections }, async () => {
+      while (!allDone() && Date.now() < deadline) {
+        const s = buyers.shift();
+        if (s) {
+          await buy(s);
+        } else {
+          await new Promise<void>((resolve) => {
+            const timer = setTimeout(resolve, 50);
+            wake = () => {
+              clearTimeout(timer);
+              resolve();
+            };
+          });
+        }
+      }
+    }),
+  );
+  const ended = Date.now();
+  for (const s of shoppers) {
+    s.socket?.terminate();
+  }
+
+  const admittedList = shoppers.filter((s) => s.admittedAt !== undefined).sort((a, b) => (a.admittedAt ?? 0) - (b.admittedAt ?? 0));
+  const errors = admittedList.map((s) => ((s.admittedAt ?? 0) - s.joinedAt) / 1000 - s.etaS);
+  const abs = errors.map(Math.abs);
+  const lastTenth = abs.slice(Math.floor(abs.length * 0.9));
+  const mean = (xs: number[]) => (xs.length ? round(xs.reduce((a, b) => a + b, 0) / xs.length, 2) : null);
+  const absP = percentiles(abs);
+  const joinedCount = shoppers.filter((s) => s.ticket).length;
+  const liveSpan = Math.max((lastLiveAt - firstLiveAt) / 1000, 0.001);
+  return {
+    accepted,
+    phase: {
+      shoppers: shoppers.length,
+      admitPerSecond: o.admitPerSecond,
+      joined: joinedCount,
+      joinedPerSec: round(joinedCount / Math.max((joinedAll - started) / 1000, 0.001)),
+      liveMessages,
+      liveMessagesPerSec: round(liveMessages / liveSpan),
+      admitted: admittedList.length,
+      soldOut: refused['sold out in line'] ?? 0,
+      accepted: accepted.size,
+      refused,
+      etaError: {
+        p50AbsS: absP.p50Ms === null ? null : round(absP.p50Ms, 2),
+        p90AbsS: absP.p90Ms === null ? null : round(absP.p90Ms, 2),
+        meanS: mean(errors),
+        lastTenthMeanAbsS: mean(lastTenth),
+      },
+      durationS: round((ended - started) / 1000, 2),
+      timedOut: shoppers.filter((s) => !s.done).length,
+    },
+  };
+}

@@ -1,0 +1,41 @@
+import { type Standing, shopperStanding } from '../../db/allowlist';
+import { dbOptions, httpDb } from '../../db/client';
+import type { GoodsRow } from '../../db/goods';
+import type { Config } from '../kernel/config';
+import { AppError } from '../kernel/errors';
+
+// The sale rules the edge checks before the goods' object does: the allowlist and the activity's
+// one live order. Asked of Postgres over SQL over HTTP (one indexed statement, no session), not
+// of the goods' object, so the token route and the waiting room's join do not funnel every
+// shopper into the one object the sale itself runs on. The object checks the allowlist again
+// where the unit is taken, and Postgres' unique index is the activity rule's final guard.
+
+/** Whether a goods has a rule only Postgres can check before the purchase (open, per-goods sales have none). */
+export function hasEdgeRules(goods: Pick<GoodsRow, 'eligibility' | 'limitScope'>): boolean {
+  return goods.eligibility === 'allowlist' || goods.limitScope === 'activity';
+}
+
+/** The shopper's standing for a goods (read only when it has edge rules; otherwise what an open sale implies). */
+export async function standingOf(config: Config, goods: GoodsRow, userId: string): Promise<Standing> {
+  if (!hasEdgeRules(goods)) {
+    return { listed: true, held: 0, elsewhere: false };
+  }
+  return shopperStanding(httpDb(dbOptions(config)), goods, userId);
+}
+
+/** 403 NOT_ELIGIBLE for a shopper not on an allowlist goods' list; 409 LIMIT_REACHED for a live order elsewhere in an activity-scoped sale. */
+export function refuseIneligible(goods: GoodsRow, standing: Standing): void {
+  if (goods.eligibility === 'allowlist' && !standing.listed) {
+    throw new AppError('NOT_ELIGIBLE');
+  }
+  if (goods.limitScope === 'activity' && standing.elsewhere) {
+    throw new AppError('LIMIT_REACHED', 'you already hold an order in this promotion: one per shopper across its goods');
+  }
+}
+
+/** The checks above in one call, for the token route and the waiting room's join. */
+export async function requireEligible(config: Config, goods: GoodsRow, userId: string): Promise<void> {
+  if (hasEdgeRules(goods)) {
+    refuseIneligible(goods, await standingOf(config, goods, userId));
+  }
+}
