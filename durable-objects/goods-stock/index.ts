@@ -19,9 +19,10 @@ import { changeAllowlist } from './allowlist';
 import { countDecisions } from './decision-counts';
 import { KeyedAccepts } from './keyed-accepts';
 import { type GiveBack, type Grant, Leases } from './leases';
-import { refuseOne, releaseOne, reserveOne, restoreUnsettled, returnRefused } from './ledger';
+import { refusalsInGoodsUnits, refuseOne, releaseOne, reserveOne, restoreUnsettled, returnRefused } from './ledger';
 import { mirrorExpectation, mirrorFullState, mirrorGoods, noteAccepted } from './mirror-view';
 import { Outbox } from './outbox';
+import { quantityOf } from './rules';
 import { goodsFromPostgres, resultView, saleIsOn, stockSnapshot } from './sale';
 import { OUTBOX_KEEPS_UNSETTLED } from './schema';
 import { type Sale, StockStorage } from './storage';
@@ -175,9 +176,11 @@ export class GoodsStock extends DurableObject<Env> {
     if (typeof loaded === 'string') {
       return items.map((i) => ({ ok: false, requestId: i.requestId, reason: loaded, replay: false }));
     }
-    // A stock shard that cannot cover the batch asks for stock first, until it can or none comes.
-    for (let round = 0; round < 3 && saleIsOn(loaded, Date.now()) && this.leases.short(items.length); round++) {
-      if (!(await this.leases.fill(items.length))) {
+    // A stock shard that cannot cover the batch's units asks for stock first, until it can or
+    // none comes: a purchase of several units is refused only once the goods as a whole lacks them.
+    const units = items.reduce((n, item) => n + quantityOf(item), 0);
+    for (let round = 0; round < 3 && saleIsOn(loaded, Date.now()) && this.leases.short(units); round++) {
+      if (!(await this.leases.fill(units))) {
         break;
       }
     }
@@ -211,6 +214,9 @@ export class GoodsStock extends DurableObject<Env> {
       noteAccepted(this.mirror, sale, items, outcomes);
       this.syncMirror();
       this.leases.afterBatch(now);
+    }
+    if (this.leases.shards > 1) {
+      outcomes = await refusalsInGoodsUnits(items, outcomes, () => this.leases.goodsLeft(sale));
     }
     countDecisions(sale.goodsId, items, outcomes);
     scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));

@@ -292,6 +292,27 @@ export class Leases {
     return { ...snapshot, shard: this.row.shard, shards: this.row.shards, poolCalls: this.poolCalls, ...pool };
   }
 
+  /**
+   * The goods' free units over every shard, each of the others asked now (reports are upper
+   * bounds while shards sell): what a refusal of several units tells the shopper, so only asked
+   * then, at the end of a sale. A shard that does not answer counts none.
+   */
+  async goodsLeft(sale: Sale): Promise<number> {
+    const others = Array.from({ length: this.row.shards }, (_, j) => j).filter((j) => j !== this.row.shard);
+    this.poolCalls += others.length;
+    const figures = await Promise.all(
+      others.map((j) =>
+        this.stub(sale, j)
+          .snapshot()
+          .then(
+            (s) => s?.remaining ?? 0,
+            () => 0,
+          ),
+      ),
+    );
+    return figures.reduce((a, b) => a + b, this.host.sale()?.remaining ?? sale.remaining);
+  }
+
   goodsRemaining(sale: Sale): number {
     return sale.remaining + this.store.reportedOthers(this.row.shards);
   }

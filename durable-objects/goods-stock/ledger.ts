@@ -39,6 +39,30 @@ export function reserveOne(store: StockStorage, sale: Sale, item: ReserveItem, n
   return { ok: true, requestId: item.requestId, orderId: accept(store, sale, item, now), replay: false };
 }
 
+/**
+ * A stock shard's refusals of several units say how many the goods has left over all of its
+ * shards (`goodsLeft`, asked only when there is such a refusal), not the shard's own: the
+ * shopper may still buy that many, and the edge does not take the goods for sold out.
+ */
+export async function refusalsInGoodsUnits(
+  items: ReserveItem[],
+  outcomes: ReserveOutcome[],
+  goodsLeft: () => Promise<number>,
+): Promise<ReserveOutcome[]> {
+  const whole = (o: ReserveOutcome, i: number) => !o.ok && !o.replay && o.reason === 'SOLD_OUT' && quantityOf(items[i] ?? {}) > 1;
+  if (!outcomes.some(whole)) {
+    return outcomes;
+  }
+  const left = await goodsLeft();
+  return outcomes.map((o, i) => {
+    if (o.ok || !whole(o, i)) {
+      return o;
+    }
+    const { remaining: _own, ...rest } = o;
+    return left > 0 ? { ...rest, remaining: left } : rest;
+  });
+}
+
 function accept(store: StockStorage, sale: Sale, item: ReserveItem, now: number): string {
   const seq = sale.nextSeq++;
   const quantity = quantityOf(item);
