@@ -272,3 +272,21 @@ describe('stock shards: the sale rules hold on every shard', () => {
     expect(await settled(goodsId)).toMatchObject({ doRemaining: 18, orders: { PENDING_PAYMENT: 2 } });
   });
 });
+
+describe('stock shards: the dev reset', () => {
+  it('throws away the in-memory state of every shard, and the stock stays', async () => {
+    const { goodsId } = await createGoods({ stock: 16, shards: SHARDS });
+    // A purchase on every shard: each instance counts the reservation calls it took.
+    for (let k = 0; k < SHARDS; k++) {
+      expect((await buy(usersOn('reset', k, SHARDS, 1)[0] ?? '', goodsId)).status).toBe(202);
+    }
+    expect((await shardSnapshots(goodsId)).every((s) => (s?.reserveRequests ?? 0) > 0)).toBe(true);
+    const res = await call('/admin/dev/faults/reset', { method: 'POST', headers: ADMIN, json: { goodsId } });
+    expect(res.status).toBe(200);
+    expect(await json(res)).toEqual({ goodsId, reset: true });
+    // New instances everywhere (their counts start again), with the stock as storage kept it.
+    const after = await shardSnapshots(goodsId);
+    expect(after.map((s) => s?.reserveRequests)).toEqual(Array(SHARDS).fill(0));
+    expect(after.reduce((n, s) => n + (s?.remaining ?? 0), 0)).toBe(16 - SHARDS);
+  });
+});
