@@ -19,12 +19,13 @@ import { changeAllowlist } from './allowlist';
 import { countDecisions } from './decision-counts';
 import { KeyedAccepts } from './keyed-accepts';
 import { type GiveBack, type Grant, Leases } from './leases';
-import { refusalsInGoodsUnits, refuseOne, releaseOne, reserveOne, restoreUnsettled, returnRefused } from './ledger';
+import { refusalsInGoodsUnits, reserveOne, restoreUnsettled, returnRefused } from './ledger';
 import { mirrorExpectation, mirrorFullState, mirrorGoods, noteAccepted } from './mirror-view';
 import { Outbox } from './outbox';
 import { quantityOf } from './rules';
 import { goodsFromPostgres, resultView, saleIsOn, stockSnapshot } from './sale';
 import { OUTBOX_KEEPS_UNSETTLED } from './schema';
+import { applySettlements, releaseAndMirror, type SettleCounts } from './settlements';
 import { type Sale, StockStorage } from './storage';
 
 /** The outbox's safety net: if the immediate flush did not empty it, the alarm retries. */
@@ -39,7 +40,8 @@ const REJECTION_TTL_MS = 24 * 3600_000;
  * together, so "stock taken but message lost" cannot happen.
  *
  * This class is the RPC surface; the tables are storage.ts, the decisions rules.ts (applied by
- * ledger.ts), the queue sends outbox.ts, and the Redis mirror the mirror library, fed plain data.
+ * ledger.ts, and Postgres' answers by settlements.ts), the queue sends outbox.ts, the stock
+ * shards' leases leases.ts, and the Redis mirror the mirror library, fed plain data.
  */
 export class GoodsStock extends DurableObject<Env> {
   private readonly store: StockStorage;
@@ -242,31 +244,11 @@ export class GoodsStock extends DurableObject<Env> {
    * back, or a SOLD_OUT from Postgres, whose unit is held aside (see refuseOne). A settled
    * reservation's outbox row goes: nothing sends it again.
    */
-  async settle(settlements: Settlement[]): Promise<{ confirmed: number; released: number; refused: number }> {
-    const now = Date.now();
+  async settle(settlements: Settlement[]): Promise<SettleCounts> {
     const sale = this.sale;
-    let confirmed = 0;
-    let released = 0;
-    let refused = 0;
-    this.ctx.storage.transactionSync(() => {
-      for (const s of settlements) {
-        if (s.ok) {
-          for (const userId of this.store.confirm(s.requestId, now)) {
-            confirmed++;
-            this.mirror.noteResult({ requestId: s.requestId, userId, value: `SUCCESS:${s.orderId}` });
-          }
-        } else if (s.reason === 'SOLD_OUT' && sale) {
-          const shopper = refuseOne(this.store, sale, s.requestId, now);
-          if (shopper !== undefined) {
-            refused++;
-            this.mirror.noteUser(shopper.userId, shopper.stillHolds);
-            this.mirror.noteResult({ requestId: s.requestId, userId: shopper.userId, value: 'FAIL:SOLD_OUT' });
-          }
-        } else if (this.releaseUnit(s.requestId, s.reason, now)) {
-          released++;
-        }
-      }
-    });
+    const { confirmed, released, refused } = this.ctx.storage.transactionSync(() =>
+      applySettlements(this.store, sale, this.mirror, settlements, Date.now()),
+    );
     if (refused > 0 && sale) {
       log.error('goods_stock.units_refused', { goodsId: sale.goodsId, units: refused, heldAside: sale.refused, remaining: sale.remaining });
       count('seckill_units_refused_total', { goods_id: String(sale.goodsId) }, refused);
@@ -305,25 +287,14 @@ export class GoodsStock extends DurableObject<Env> {
    * user try again. Idempotent: a second release of the same request changes nothing.
    */
   async release(requestId: string, reason: FailReason): Promise<{ released: boolean; remaining: number }> {
-    const released = this.ctx.storage.transactionSync(() => this.releaseUnit(requestId, reason, Date.now()));
+    const released = this.ctx.storage.transactionSync(() =>
+      releaseAndMirror(this.store, this.sale, this.mirror, requestId, reason, Date.now()),
+    );
     if (released) {
       this.syncMirror();
       this.leases.noteReleased();
     }
     return { released, remaining: this.sale?.remaining ?? 0 };
-  }
-
-  private releaseUnit(requestId: string, reason: FailReason, now: number): boolean {
-    const released = this.sale && releaseOne(this.store, this.sale, requestId, reason, now);
-    if (!this.sale || !released) {
-      return false;
-    }
-    this.mirror.noteUser(released.userId, released.stillHolds);
-    this.mirror.noteStock(this.sale.remaining);
-    if (released.wasQueued) {
-      this.mirror.noteResult({ requestId, userId: released.userId, value: `FAIL:${reason}` });
-    }
-    return true;
   }
 
   /** The answer for one request, for the result route (which checks the owner). */
