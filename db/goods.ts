@@ -24,6 +24,7 @@ export async function insertGoods(db: Db, body: CreateGoodsBody): Promise<GoodsR
       payTimeoutSeconds: body.payTimeoutSeconds ?? 900,
       locationHint: body.locationHint ?? null,
       queue: body.queue ?? { mode: 'off' },
+      shards: body.shards ?? 1,
       perUserLimit: body.perUserLimit ?? 1,
       limitScope: body.limitScope ?? 'goods',
       eligibility: body.eligibility ?? 'open',
@@ -75,6 +76,22 @@ export async function updateGoodsSettings(db: Db, goodsId: number, change: Updat
   return row;
 }
 
+/**
+ * Changes a goods' stock shard count, only while its sale has not started (`now` before its
+ * start): the row after the change, 'SALE_STARTED', or undefined when there is no such goods.
+ */
+export async function setGoodsShards(db: Db, goodsId: number, shards: number, now: number): Promise<GoodsRow | 'SALE_STARTED' | undefined> {
+  const [row] = await db
+    .update(seckillGoods)
+    .set({ shards, updatedAt: new Date() })
+    .where(and(eq(seckillGoods.id, goodsId), gt(seckillGoods.startAt, new Date(now))))
+    .returning();
+  if (row) {
+    return row;
+  }
+  return (await findGoods(db, goodsId)) ? 'SALE_STARTED' : undefined;
+}
+
 /** The units of a set of orders (every count of orders is in units). */
 const units = sql<number>`coalesce(sum(${seckillOrder.quantity}), 0)::int`;
 
@@ -122,13 +139,15 @@ export function toGoodsInit(row: GoodsRow): GoodsInit {
     endAt: row.endAt.getTime(),
     paused: row.status === 1,
     payTimeoutSeconds: row.payTimeoutSeconds,
+    shards: row.shards,
+    locationHint: row.locationHint,
     perUserLimit: row.perUserLimit,
     limitScope: row.limitScope,
     eligibility: row.eligibility,
   };
 }
 
-const PlacementRow = z.object({ id: z.coerce.number(), location_hint: z.string().nullable() });
+const PlacementRow = z.object({ id: z.coerce.number(), location_hint: z.string().nullable(), shards: z.coerce.number().optional() });
 
 /** The placements (id and location hint) of these goods; one statement, on a pool or over HTTP. */
 export async function findPlacements(db: SqlExecutor, goodsIds: number[]): Promise<GoodsPlacement[]> {
@@ -139,9 +158,9 @@ export async function findPlacements(db: SqlExecutor, goodsIds: number[]): Promi
     goodsIds.map((id) => sql`${id}`),
     sql`, `,
   );
-  const { rows } = await db.execute(sql`SELECT id, location_hint FROM seckill_goods WHERE id IN (${ids})`);
+  const { rows } = await db.execute(sql`SELECT id, location_hint, shards FROM seckill_goods WHERE id IN (${ids})`);
   return rows.map((r) => {
     const row = PlacementRow.parse(r);
-    return { id: row.id, locationHint: row.location_hint };
+    return { id: row.id, locationHint: row.location_hint, shards: row.shards ?? 1 };
   });
 }

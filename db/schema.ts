@@ -42,6 +42,8 @@ export const seckillGoods = pgTable(
     locationHint: text('location_hint'),
     /** The waiting room: `{mode, admitPerSecond?, preQueueSeconds?, passSeconds?}` (workers/kernel/waiting-room.ts). */
     queue: jsonb('queue').$type<QueueSettings>().notNull().default({ mode: 'off' }),
+    /** Stock shards: how many objects hold the goods' stock (durable-objects/routing.ts). */
+    shards: integer('shards').notNull().default(1),
     /** Units one shopper may hold (over one or several orders). */
     perUserLimit: smallint('per_user_limit').notNull().default(1),
     /** `goods`, or `activity`: one live order per shopper across the activity's goods. */
@@ -56,6 +58,7 @@ export const seckillGoods = pgTable(
     check('seckill_goods_price', sql`${t.priceCents} >= 0`),
     check('seckill_goods_window', sql`${t.endAt} > ${t.startAt}`),
     check('seckill_goods_pay_timeout', sql`${t.payTimeoutSeconds} BETWEEN 1 AND 43200`),
+    check('seckill_goods_shards', sql`${t.shards} BETWEEN 1 AND 64`),
     check('seckill_goods_per_user_limit', sql`${t.perUserLimit} BETWEEN 1 AND 100`),
     check('seckill_goods_limit_scope', sql`${t.limitScope} IN ('goods', 'activity')`),
     check('seckill_goods_eligibility', sql`${t.eligibility} IN ('open', 'allowlist')`),

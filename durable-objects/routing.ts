@@ -1,9 +1,10 @@
 import { type GoodsPlacement, LocationHint } from '../workers/kernel/contract';
 import { watchedStub } from '../workers/kernel/object-calls';
+import { fnv1a, shardOf } from '../workers/kernel/shards';
 import { ROOM_SHARDS } from '../workers/kernel/waiting-room';
 
 // The one place that maps a goods, a client key or a role to its Durable Object. Callers never
-// build ids themselves, so hot goods can later be sharded across several objects here alone.
+// build ids themselves; a hot goods' stock shards are picked here alone.
 // A goods' objects are addressed with its placement (the goods row fits), so the location hint
 // applies whichever call happens to create the object first.
 
@@ -28,12 +29,30 @@ function placed<T extends Rpc.DurableObjectBranded | undefined>(ns: DurableObjec
   return named(ns, name, goods);
 }
 
+/** The name of a goods' stock shard: shard 0 is the object a one-shard goods has always had. */
+const stockName = (goodsId: number, shard: number) => (shard === 0 ? `goods:${goodsId}` : `goods:${goodsId}:shard:${shard}`);
+
 /**
- * The stock object of a goods: the one seam where a goods maps to its object (a later change
- * that shards hot goods picks the shard here).
+ * A stock shard of a goods (shard 0 by default): the one seam where a goods maps to its
+ * objects. Shard 0 also holds the goods' pool (durable-objects/goods-stock/leases.ts).
  */
-export function goodsStock(env: Env, goods: GoodsPlacement) {
-  return placed(env.GOODS_STOCK, `goods:${goods.id}`, goods);
+export function goodsStock(env: Env, goods: GoodsPlacement, shard = 0) {
+  return placed(env.GOODS_STOCK, stockName(goods.id, shard), goods);
+}
+
+/** How many stock shards a goods has (1 when its row does not say). */
+export function stockShardCount(goods: GoodsPlacement): number {
+  return Math.max(1, goods.shards ?? 1);
+}
+
+/** The stock shard a shopper always lands on: a stable hash of the user id. */
+export function stockShardOf(goods: GoodsPlacement, userId: string): number {
+  return shardOf(userId, stockShardCount(goods));
+}
+
+/** Every stock shard of a goods, shard 0 first. */
+export function allStockShards(env: Env, goods: GoodsPlacement) {
+  return Array.from({ length: stockShardCount(goods) }, (_, shard) => goodsStock(env, goods, shard));
 }
 
 /** Guard objects hold single-use markers and exact limits, sharded by key. */
@@ -122,11 +141,7 @@ export function allMetricsShards(env: Env) {
 
 /** The room shard a shopper always lands on: FNV-1a of the user id. */
 export function roomShardOf(userId: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < userId.length; i++) {
-    h = Math.imul(h ^ userId.charCodeAt(i), 0x01000193);
-  }
-  return (h >>> 0) % ROOM_SHARDS;
+  return fnv1a(userId) % ROOM_SHARDS;
 }
 
 /** Shard `shard` of a goods' waiting room, placed near the goods' stock object. */

@@ -18,11 +18,14 @@ import { type MirrorCheck, MirrorSync } from '../../workers/mirror/sync';
 import { changeAllowlist } from './allowlist';
 import { countDecisions } from './decision-counts';
 import { KeyedAccepts } from './keyed-accepts';
-import { refuseOne, releaseOne, reserveOne, restoreUnsettled, returnRefused } from './ledger';
+import { type GiveBack, type Grant, Leases } from './leases';
+import { refusalsInGoodsUnits, reserveOne, restoreUnsettled, returnRefused } from './ledger';
 import { mirrorExpectation, mirrorFullState, mirrorGoods, noteAccepted } from './mirror-view';
 import { Outbox } from './outbox';
-import { goodsFromPostgres, stockSnapshot } from './sale';
+import { quantityOf } from './rules';
+import { goodsFromPostgres, resultView, saleIsOn, stockSnapshot } from './sale';
 import { OUTBOX_KEEPS_UNSETTLED } from './schema';
+import { applySettlements, releaseAndMirror, type SettleCounts } from './settlements';
 import { type Sale, StockStorage } from './storage';
 
 /** The outbox's safety net: if the immediate flush did not empty it, the alarm retries. */
@@ -37,7 +40,8 @@ const REJECTION_TTL_MS = 24 * 3600_000;
  * together, so "stock taken but message lost" cannot happen.
  *
  * This class is the RPC surface; the tables are storage.ts, the decisions rules.ts (applied by
- * ledger.ts), the queue sends outbox.ts, and the Redis mirror the mirror library, fed plain data.
+ * ledger.ts, and Postgres' answers by settlements.ts), the queue sends outbox.ts, the stock
+ * shards' leases leases.ts, and the Redis mirror the mirror library, fed plain data.
  */
 export class GoodsStock extends DurableObject<Env> {
   private readonly store: StockStorage;
@@ -52,6 +56,8 @@ export class GoodsStock extends DurableObject<Env> {
   /** Keyed purchases accepted in the last minutes, named in SOLD_OUT answers (rebuilt at start). */
   private readonly keyedAccepts = new KeyedAccepts();
   private lastPruneAt = 0;
+  /** Stock shards: this object's lease of the goods' stock, or (shard 0) the goods' pool. */
+  private readonly leases: Leases;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -65,19 +71,27 @@ export class GoodsStock extends DurableObject<Env> {
       schedule: () => getConfig(this.env).retry,
       retryAt,
     });
+    const stockPart = () => (this.leases.shards > 1 ? String(this.leases.shard) : undefined);
     this.mirror = new MirrorSync(() => getConfig(env).redis, {
       goodsId,
-      fullState: () => this.sale && mirrorFullState(this.store, this.sale, this.mirror.title, Date.now()),
-      expectation: () => this.sale && mirrorExpectation(this.store, this.sale, this.mirror.title),
+      fullState: () => this.sale && mirrorFullState(this.store, this.sale, this.mirror.title, Date.now(), stockPart()),
+      expectation: () => this.sale && mirrorExpectation(this.store, this.sale, this.mirror.title, stockPart()),
+      stockPart,
       retryAt,
       persist: (state) => this.store.saveMirrorState(state),
     });
+    const stockChanged = (remaining: number) => {
+      this.mirror.noteStock(remaining);
+      this.syncMirror();
+    };
+    this.leases = new Leases(ctx, env, { sale: () => this.sale, stockChanged, retryAt });
     void ctx.blockConcurrencyWhile(async () => {
       const now = Date.now();
       let restored = 0;
       ctx.storage.transactionSync(() => {
         const found = this.store.migrate();
         this.sale = this.store.readSale();
+        this.leases.load();
         if (this.sale && found > 0 && found < OUTBOX_KEEPS_UNSETTLED) {
           restored = restoreUnsettled(this.store, this.sale, now);
         }
@@ -100,16 +114,19 @@ export class GoodsStock extends DurableObject<Env> {
 
   /**
    * Creates the sale from Postgres' settings, or refreshes its settings. The stock count is
-   * taken only the first time: afterwards this object is the authority on it.
+   * taken only the first time: afterwards this object is the authority on it. `shard` is this
+   * object's stock shard (routing.ts); a shard other than 0 then takes its first lease.
    */
-  async init(goods: GoodsInit): Promise<StockSnapshot> {
+  async init(goods: GoodsInit, shard = 0, lease = true): Promise<StockSnapshot> {
     const before = this.sale && mirrorGoods(this.sale, this.mirror.title);
     if (this.sale) {
       this.store.updateSettings(goods);
     } else {
-      this.store.insertSale(goods);
+      this.store.insertSale(goods, shard);
     }
     this.sale = this.store.readSale();
+    // Lazy init (inside blockConcurrencyWhile) takes no lease: its first batch asks if it must.
+    await this.leases.configure(shard, goods.shards ?? 1, goods.locationHint, lease);
     this.mirror.setTitle(goods.title);
     const after = this.sale && mirrorGoods(this.sale, this.mirror.title);
     if (!before) {
@@ -124,7 +141,7 @@ export class GoodsStock extends DurableObject<Env> {
   }
 
   /** Loads the sale from Postgres the first time a goods is used without pre-warm. */
-  private async ensureSale(goodsId: number): Promise<Sale | 'NOT_FOUND' | 'BUSY'> {
+  private async ensureSale(goodsId: number, shard = 0): Promise<Sale | 'NOT_FOUND' | 'BUSY'> {
     if (this.sale) {
       return this.sale;
     }
@@ -141,7 +158,7 @@ export class GoodsStock extends DurableObject<Env> {
           outcome = 'NOT_FOUND';
           return;
         }
-        await this.init(goods);
+        await this.init(goods, shard, false);
         outcome = this.sale ?? 'BUSY';
       } catch (error) {
         log.error('goods_stock.lazy_init_failed', { goodsId, error });
@@ -155,12 +172,21 @@ export class GoodsStock extends DurableObject<Env> {
    * Reserves for a batch of shoppers (one isolate's group commit, or a single request).
    * All checks and writes happen in one synchronous transaction, in arrival order.
    */
-  async reserveMany(goodsId: number, items: ReserveItem[]): Promise<ReserveOutcome[]> {
+  async reserveMany(goodsId: number, items: ReserveItem[], shard = 0): Promise<ReserveOutcome[]> {
     this.reserveRequests += items.length;
-    const sale = await this.ensureSale(goodsId);
-    if (typeof sale === 'string') {
-      return items.map((i) => ({ ok: false, requestId: i.requestId, reason: sale, replay: false }));
+    const loaded = await this.ensureSale(goodsId, shard);
+    if (typeof loaded === 'string') {
+      return items.map((i) => ({ ok: false, requestId: i.requestId, reason: loaded, replay: false }));
     }
+    // A stock shard that cannot cover the batch's units asks for stock first, until it can or
+    // none comes: a purchase of several units is refused only once the goods as a whole lacks them.
+    const units = items.reduce((n, item) => n + quantityOf(item), 0);
+    for (let round = 0; round < 3 && saleIsOn(loaded, Date.now()) && this.leases.short(units); round++) {
+      if (!(await this.leases.fill(units))) {
+        break;
+      }
+    }
+    const sale = this.sale ?? loaded;
     const now = Date.now();
     let accepted = 0;
     let outcomes: ReserveOutcome[];
@@ -189,10 +215,28 @@ export class GoodsStock extends DurableObject<Env> {
       this.ctx.waitUntil(this.outbox.flush());
       noteAccepted(this.mirror, sale, items, outcomes);
       this.syncMirror();
+      this.leases.afterBatch(now);
+    }
+    if (this.leases.shards > 1) {
+      outcomes = await refusalsInGoodsUnits(items, outcomes, () => this.leases.goodsLeft(sale));
     }
     countDecisions(sale.goodsId, items, outcomes);
     scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));
     return this.keyedAccepts.answer(items, outcomes, now);
+  }
+
+  // Stock shards (leases.ts): shard 0 answers grant and report, the others giveBack.
+  async grant(goodsId: number, from: number, grantId: string, want: number, need: number, dry: boolean, reported: number): Promise<Grant> {
+    const sale = await this.ensureSale(goodsId, 0);
+    return typeof sale === 'string' ? { units: 0 } : this.leases.grant(sale, from, grantId, want, need, dry, reported);
+  }
+
+  async report(shard: number, remaining: number): Promise<void> {
+    this.leases.report(shard, remaining);
+  }
+
+  async giveBack(_goodsId: number, reclaimId: string, max: number): Promise<GiveBack> {
+    return this.leases.giveBack(reclaimId, max);
   }
 
   /**
@@ -200,31 +244,11 @@ export class GoodsStock extends DurableObject<Env> {
    * back, or a SOLD_OUT from Postgres, whose unit is held aside (see refuseOne). A settled
    * reservation's outbox row goes: nothing sends it again.
    */
-  async settle(settlements: Settlement[]): Promise<{ confirmed: number; released: number; refused: number }> {
-    const now = Date.now();
+  async settle(settlements: Settlement[]): Promise<SettleCounts> {
     const sale = this.sale;
-    let confirmed = 0;
-    let released = 0;
-    let refused = 0;
-    this.ctx.storage.transactionSync(() => {
-      for (const s of settlements) {
-        if (s.ok) {
-          for (const userId of this.store.confirm(s.requestId, now)) {
-            confirmed++;
-            this.mirror.noteResult({ requestId: s.requestId, userId, value: `SUCCESS:${s.orderId}` });
-          }
-        } else if (s.reason === 'SOLD_OUT' && sale) {
-          const shopper = refuseOne(this.store, sale, s.requestId, now);
-          if (shopper !== undefined) {
-            refused++;
-            this.mirror.noteUser(shopper.userId, shopper.stillHolds);
-            this.mirror.noteResult({ requestId: s.requestId, userId: shopper.userId, value: 'FAIL:SOLD_OUT' });
-          }
-        } else if (this.releaseUnit(s.requestId, s.reason, now)) {
-          released++;
-        }
-      }
-    });
+    const { confirmed, released, refused } = this.ctx.storage.transactionSync(() =>
+      applySettlements(this.store, sale, this.mirror, settlements, Date.now()),
+    );
     if (refused > 0 && sale) {
       log.error('goods_stock.units_refused', { goodsId: sale.goodsId, units: refused, heldAside: sale.refused, remaining: sale.remaining });
       count('seckill_units_refused_total', { goods_id: String(sale.goodsId) }, refused);
@@ -232,6 +256,9 @@ export class GoodsStock extends DurableObject<Env> {
     }
     if (confirmed > 0 || released > 0 || refused > 0) {
       this.syncMirror();
+    }
+    if (released > 0) {
+      this.leases.noteReleased();
     }
     return { confirmed, released, refused };
   }
@@ -260,39 +287,19 @@ export class GoodsStock extends DurableObject<Env> {
    * user try again. Idempotent: a second release of the same request changes nothing.
    */
   async release(requestId: string, reason: FailReason): Promise<{ released: boolean; remaining: number }> {
-    const released = this.ctx.storage.transactionSync(() => this.releaseUnit(requestId, reason, Date.now()));
+    const released = this.ctx.storage.transactionSync(() =>
+      releaseAndMirror(this.store, this.sale, this.mirror, requestId, reason, Date.now()),
+    );
     if (released) {
       this.syncMirror();
+      this.leases.noteReleased();
     }
     return { released, remaining: this.sale?.remaining ?? 0 };
   }
 
-  private releaseUnit(requestId: string, reason: FailReason, now: number): boolean {
-    const released = this.sale && releaseOne(this.store, this.sale, requestId, reason, now);
-    if (!this.sale || !released) {
-      return false;
-    }
-    this.mirror.noteUser(released.userId, released.stillHolds);
-    this.mirror.noteStock(this.sale.remaining);
-    if (released.wasQueued) {
-      this.mirror.noteResult({ requestId, userId: released.userId, value: `FAIL:${reason}` });
-    }
-    return true;
-  }
-
   /** The answer for one request, for the result route (which checks the owner). */
   async result(requestId: string): Promise<ResultView | undefined> {
-    const r = this.store.reservation(requestId);
-    if (!r) {
-      return undefined;
-    }
-    return {
-      requestId: r.request_id,
-      userId: r.user_id,
-      status: r.status,
-      ...(r.order_id && r.status !== 'FAIL' ? { orderId: r.order_id } : {}),
-      ...(r.reason ? { reason: r.reason as FailReason } : {}),
-    };
+    return resultView(this.store, requestId);
   }
 
   /** Adds and removes shoppers of the sale's allowlist (one chunk of a larger change); how many it holds. */
@@ -322,7 +329,8 @@ export class GoodsStock extends DurableObject<Env> {
     if (!this.sale) {
       throw new Error('snapshot of an uninitialised sale');
     }
-    return stockSnapshot(this.store, this.sale, { mirrorStaleSince: this.mirror.staleSinceMs, reserveRequests: this.reserveRequests });
+    const instance = { mirrorStaleSince: this.mirror.staleSinceMs, reserveRequests: this.reserveRequests };
+    return this.leases.decorate(stockSnapshot(this.store, this.sale, instance), this.sale);
   }
 
   /** Sends due outbox rows to the order queue. Single-flight: concurrent callers share a run. */
@@ -359,6 +367,7 @@ export class GoodsStock extends DurableObject<Env> {
   async alarm(): Promise<void> {
     this.alarmAt = null;
     await this.outbox.flush();
+    await this.leases.retryPending();
     if (this.mirror.staleSinceMs !== null) {
       await this.mirror.flush(true);
     }
@@ -374,6 +383,9 @@ export class GoodsStock extends DurableObject<Env> {
       this.ensureAlarm(Math.max(next, now + 100));
     } else if (tokensLeft) {
       this.ensureAlarm(now + PRUNE_INTERVAL_MS);
+    }
+    if (this.leases.pending) {
+      this.ensureAlarm(now + 1_000);
     }
     const mirrorRetry = this.mirror.retryAtMs;
     if (mirrorRetry !== null) {

@@ -1,4 +1,5 @@
 import type { FailReason, OrderMessage, ReserveItem, ReserveOutcome } from '../../workers/kernel/contract';
+import { SHARD_SEQ_SPAN } from '../../workers/kernel/shards';
 import { decide, orderNumber, quantityOf } from './rules';
 import type { Sale, StockStorage } from './storage';
 
@@ -38,6 +39,30 @@ export function reserveOne(store: StockStorage, sale: Sale, item: ReserveItem, n
   return { ok: true, requestId: item.requestId, orderId: accept(store, sale, item, now), replay: false };
 }
 
+/**
+ * A stock shard's refusals of several units say how many the goods has left over all of its
+ * shards (`goodsLeft`, asked only when there is such a refusal), not the shard's own: the
+ * shopper may still buy that many, and the edge does not take the goods for sold out.
+ */
+export async function refusalsInGoodsUnits(
+  items: ReserveItem[],
+  outcomes: ReserveOutcome[],
+  goodsLeft: () => Promise<number>,
+): Promise<ReserveOutcome[]> {
+  const whole = (o: ReserveOutcome, i: number) => !o.ok && !o.replay && o.reason === 'SOLD_OUT' && quantityOf(items[i] ?? {}) > 1;
+  if (!outcomes.some(whole)) {
+    return outcomes;
+  }
+  const left = await goodsLeft();
+  return outcomes.map((o, i) => {
+    if (o.ok || !whole(o, i)) {
+      return o;
+    }
+    const { remaining: _own, ...rest } = o;
+    return left > 0 ? { ...rest, remaining: left } : rest;
+  });
+}
+
 function accept(store: StockStorage, sale: Sale, item: ReserveItem, now: number): string {
   const seq = sale.nextSeq++;
   const quantity = quantityOf(item);
@@ -69,6 +94,8 @@ function orderMessage(sale: Sale, r: { requestId: string; userId: string; quanti
     payTimeoutSeconds: sale.payTimeoutSeconds,
     reservedAt: at,
     ...rules,
+    // A stock shard other than 0 numbers its orders from shard * SHARD_SEQ_SPAN (kernel/shards.ts).
+    ...(seq > SHARD_SEQ_SPAN ? { shard: Math.floor(seq / SHARD_SEQ_SPAN) } : {}),
   };
 }
 

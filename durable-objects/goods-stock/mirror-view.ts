@@ -24,18 +24,20 @@ export function mirrorGoods(sale: Sale, title: string): MirrorGoods {
 }
 
 /** What the mirror should hold, for comparing. */
-export function mirrorExpectation(store: StockStorage, sale: Sale, title: string): MirrorExpectation {
-  return { goods: mirrorGoods(sale, title), remaining: sale.remaining, holders: store.tally().holders };
+export function mirrorExpectation(store: StockStorage, sale: Sale, title: string, stockPart?: string): MirrorExpectation {
+  const e = { goods: mirrorGoods(sale, title), remaining: sale.remaining, holders: store.tally().holders };
+  return stockPart === undefined ? e : { ...e, stockPart };
 }
 
 /** Everything the mirror holds, for a full rewrite. */
-export function mirrorFullState(store: StockStorage, sale: Sale, title: string, now: number): MirrorFullState {
-  return {
+export function mirrorFullState(store: StockStorage, sale: Sale, title: string, now: number, stockPart?: string): MirrorFullState {
+  const state = {
     goods: mirrorGoods(sale, title),
     remaining: sale.remaining,
     holders: store.holderIds(),
     results: store.recentResults(now - FINAL_TTL_SECONDS * 1000),
   };
+  return stockPart === undefined ? state : { ...state, stockPart };
 }
 
 /** Notes a batch's accepted reservations (holders, QUEUED answers, the stock) for the next mirror write. */

@@ -1,7 +1,7 @@
 import { dbOptions, withDb } from '../../db/client';
 import { findGoods, toGoodsInit } from '../../db/goods';
 import { getConfig } from '../../workers/kernel/config';
-import type { GoodsInit, StockSnapshot } from '../../workers/kernel/contract';
+import type { FailReason, GoodsInit, ResultView, StockSnapshot } from '../../workers/kernel/contract';
 import type { Sale, StockStorage } from './storage';
 
 // The sale's two outside views: where its settings come from when nobody pre-warmed the
@@ -37,5 +37,25 @@ export function stockSnapshot(
     oldestOutboxAt: ages.oldestUnsent,
     mirrorStaleSince: instance.mirrorStaleSince,
     reserveRequests: instance.reserveRequests,
+  };
+}
+
+/** True while the sale takes reservations (inside its window, not paused). */
+export function saleIsOn(sale: Sale, now: number): boolean {
+  return now >= sale.startAt && now < sale.endAt && !sale.paused;
+}
+
+/** The answer for one request, for the result route (which checks the owner). */
+export function resultView(store: StockStorage, requestId: string): ResultView | undefined {
+  const r = store.reservation(requestId);
+  if (!r) {
+    return undefined;
+  }
+  return {
+    requestId: r.request_id,
+    userId: r.user_id,
+    status: r.status,
+    ...(r.order_id && r.status !== 'FAIL' ? { orderId: r.order_id } : {}),
+    ...(r.reason ? { reason: r.reason as FailReason } : {}),
   };
 }

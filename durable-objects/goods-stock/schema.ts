@@ -89,9 +89,24 @@ function v4SaleRules(sql: SqlStorage): void {
 }
 
 /**
+ * Version 5: stock shards (leases.ts). `lease_state` is this shard's place (its index, the
+ * goods' shard count, the grant it asked for and not yet credited, the last give-back it
+ * made); shard 0, which holds the goods' pool, keeps the last grant per shard (a repeated ask
+ * gets the same answer), the give-backs it asked for and not yet credited, and each shard's
+ * last reported stock.
+ */
+const V5_STOCK_SHARDS = `
+  CREATE TABLE IF NOT EXISTS lease_state (
+    id INTEGER PRIMARY KEY CHECK (id = 1), shard INTEGER NOT NULL, shards INTEGER NOT NULL,
+    location_hint TEXT, pending_grant TEXT, given_id TEXT, given_units INTEGER NOT NULL DEFAULT 0);
+  CREATE TABLE IF NOT EXISTS lease_grant (shard INTEGER PRIMARY KEY, grant_id TEXT NOT NULL, units INTEGER NOT NULL);
+  CREATE TABLE IF NOT EXISTS lease_reclaim (shard INTEGER PRIMARY KEY, reclaim_id TEXT NOT NULL);
+  CREATE TABLE IF NOT EXISTS lease_report (shard INTEGER PRIMARY KEY, remaining INTEGER NOT NULL);`;
+
+/**
  * The steps. Version 1 made the sale, its reservations, holders, spent tokens and the outbox.
  * Version 2 brings mirror_state behind the gate: builds before it created that table on their
- * own at load, so the step is written to find it already there. Version 3 and 4: see above.
+ * own at load, so the step is written to find it already there. Version 3 to 5: see above.
  */
 export const MIGRATIONS: readonly SchemaStep[] = [
   `CREATE TABLE IF NOT EXISTS sale (
@@ -113,6 +128,7 @@ export const MIGRATIONS: readonly SchemaStep[] = [
   'CREATE TABLE IF NOT EXISTS mirror_state (id INTEGER PRIMARY KEY CHECK (id = 1), title TEXT NOT NULL, stale_since INTEGER)',
   v3CountersAndResends,
   v4SaleRules,
+  V5_STOCK_SHARDS,
 ];
 
 /** The first version whose outbox keeps a row until its reservation settles (older builds deleted it once sent). */

@@ -1,5 +1,6 @@
 import type { FailReason, GoodsInit, OrderMessage, ReserveItem } from '../../workers/kernel/contract';
 import { migrateSchema } from '../../workers/kernel/schema-gate';
+import { firstSeqOf } from '../../workers/kernel/shards';
 import type { ResultValue } from '../../workers/mirror/keys';
 import type { MirrorResult } from '../../workers/mirror/plan';
 import type { PriorAnswer, SaleState } from './rules';
@@ -104,21 +105,25 @@ export class StockStorage {
     };
   }
 
-  /** Creates the sale; the stock is taken from Postgres this once (never above the total). */
-  insertSale(goods: GoodsInit): void {
+  /**
+   * Creates the sale; the stock is taken from Postgres this once (never above the total), by
+   * shard 0. Another shard starts empty and leases its stock from shard 0 (leases.ts).
+   */
+  insertSale(goods: GoodsInit, shard = 0): void {
     this.sql.exec(
       `INSERT INTO sale (id, goods_id, activity_id, price_cents, total_stock, remaining, start_at, end_at, paused, pay_timeout_seconds, next_seq,
          per_user_limit, limit_scope, eligibility)
-       VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)`,
+       VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       goods.goodsId,
       goods.activityId,
       goods.priceCents,
       goods.totalStock,
-      Math.min(goods.stock, goods.totalStock),
+      shard === 0 ? Math.min(goods.stock, goods.totalStock) : 0,
       goods.startAt,
       goods.endAt,
       goods.paused ? 1 : 0,
       goods.payTimeoutSeconds,
+      firstSeqOf(shard),
       ...rulesOf(goods),
     );
   }

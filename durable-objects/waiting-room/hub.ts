@@ -142,12 +142,18 @@ export class RoomHub {
   /**
    * Units not held, and reservations still waiting for Postgres, from the goods' stock object:
    * one call a tick. Unknown (no object yet, or it did not answer) admits by the rate alone and
-   * tells nobody sold out.
+   * tells nobody sold out. A sharded goods is read from shard 0 alone: it knows the pool and
+   * what the other shards last reported (an upper bound while they sell), and its backlog
+   * stands for every shard's (shoppers spread evenly over the shards by the hash of their id).
    */
   private async readStock(goods: RoomGoods): Promise<Stock | undefined> {
     try {
       const snapshot = await goodsStock(this.env, { id: goods.goodsId, locationHint: goods.locationHint }).snapshot();
-      return snapshot ? { remaining: snapshot.remaining, queued: snapshot.queued, confirmed: snapshot.confirmed } : undefined;
+      if (!snapshot) {
+        return undefined;
+      }
+      const n = snapshot.shards ?? 1;
+      return { remaining: snapshot.goodsRemaining ?? snapshot.remaining, queued: snapshot.queued * n, confirmed: snapshot.confirmed * n };
     } catch (error) {
       log.warn('room.stock_unavailable', { goodsId: goods.goodsId, error });
       return undefined;

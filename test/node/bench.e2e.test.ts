@@ -132,7 +132,7 @@ describe('npm run bench', () => {
     expect(latest.objectDelay.p50Ms).toBeGreaterThanOrEqual(50);
 
     // The sharded goods sold every unit; the queue admitted and sold to every shopper who joined.
-    expect(latest.shards).toMatchObject({ shardsAsked: 8, soldAll: true });
+    expect(latest.shards).toMatchObject({ shardsAsked: 8, shardsReported: 8, soldAll: true });
     expect(latest.shards.accepted).toBeGreaterThan(0);
     expect(latest.queue).toMatchObject({ shoppers: 60, joined: 60, admitted: 60, accepted: 60, timedOut: 0 });
     expect(latest.queue.liveMessages).toBeGreaterThanOrEqual(60);

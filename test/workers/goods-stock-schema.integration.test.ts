@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { SCHEMA_VERSION } from '../../durable-objects/goods-stock/storage';
 import type { ReserveItem } from '../../workers/kernel/contract';
 import { createGoods, settled, stockObject } from './helpers';
+import { createRulesGoods } from './rules-helpers';
 
 function item(goodsId: number, userId: string): ReserveItem {
   return {
@@ -30,7 +31,7 @@ function storedVersion(stub: ReturnType<typeof stockObject>): Promise<number> {
 describe('the goods object schema', () => {
   it('is at this build version for a new object', async () => {
     const { goodsId } = await createGoods({ stock: 1 });
-    expect(SCHEMA_VERSION).toBe(4);
+    expect(SCHEMA_VERSION).toBe(5);
     expect(await storedVersion(stockObject(goodsId))).toBe(SCHEMA_VERSION);
   });
 
@@ -106,5 +107,28 @@ describe('the goods object schema', () => {
     const s = await settled(goodsId);
     expect(s).toMatchObject({ doRemaining: 2, dbStock: 2, orders: { PENDING_PAYMENT: 2 } });
     expect(await fresh.result(queued.requestId)).toMatchObject({ status: 'SUCCESS', orderId: `${goodsId}-2` });
+  });
+
+  it('opens a version 4 object (sale rules, no stock shards yet): its sale and rules stay, it takes a shard place', async () => {
+    const { goodsId } = await createRulesGoods({ stock: 3, perUserLimit: 2 });
+    const stub = stockObject(goodsId);
+    expect((await stub.reserveMany(goodsId, [{ ...item(goodsId, 'v4holder'), quantity: 2 }]))[0]).toMatchObject({ ok: true });
+    await settled(goodsId);
+    // Storage as version 4 left it: no lease tables.
+    await runInDurableObject(stub, (_instance, state) => {
+      const sql = state.storage.sql;
+      sql.exec("UPDATE meta SET value = 4 WHERE key = 'schema'");
+      for (const table of ['lease_state', 'lease_grant', 'lease_reclaim', 'lease_report']) {
+        sql.exec(`DROP TABLE ${table}`);
+      }
+    });
+    const fresh = await restart(goodsId);
+    expect(await fresh.snapshot()).toMatchObject({ remaining: 1 });
+    expect(await storedVersion(fresh)).toBe(SCHEMA_VERSION);
+    // The holder's two units still count against the limit of 2; another shopper buys the last one.
+    const again = { ...item(goodsId, 'v4holder'), requestId: `${goodsId}.${'v4holder2'.padEnd(22, 's')}`, tokenId: 'schema-token-v4again' };
+    expect((await fresh.reserveMany(goodsId, [again]))[0]).toMatchObject({ ok: false, reason: 'LIMIT_REACHED' });
+    expect((await fresh.reserveMany(goodsId, [item(goodsId, 'v4other')]))[0]).toMatchObject({ ok: true });
+    expect((await fresh.snapshot())?.remaining).toBe(0);
   });
 });

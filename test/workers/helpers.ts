@@ -41,6 +41,8 @@ export type GoodsOptions = {
   endAt?: number;
   payTimeoutSeconds?: number;
   priceCents?: number;
+  /** Stock shards (absent: the default, one). */
+  shards?: number;
 };
 
 /** Creates a goods on sale now (or as given) through the admin API. */
@@ -57,6 +59,7 @@ export async function createGoods(options: GoodsOptions = {}): Promise<{ goodsId
       startAt: options.startAt ?? now - 1000,
       endAt: options.endAt ?? now + 3600_000,
       ...(options.payTimeoutSeconds ? { payTimeoutSeconds: options.payTimeoutSeconds } : {}),
+      ...(options.shards ? { shards: options.shards } : {}),
     },
   });
   expect(res.status).toBe(201);

@@ -14,6 +14,8 @@ export type RulesOptions = {
   payTimeoutSeconds?: number;
   /** The waiting room's settings, as POST /admin/goods takes them. */
   queue?: { mode: 'off' | 'auto' | 'always'; admitPerSecond?: number };
+  /** Stock shards (absent: one). */
+  shards?: number;
 };
 
 let activitySeq = 0;
@@ -32,6 +34,7 @@ export async function createRulesGoods(options: RulesOptions = {}): Promise<{ go
     ...(options.limitScope !== undefined ? { limitScope: options.limitScope } : {}),
     ...(options.eligibility !== undefined ? { eligibility: options.eligibility } : {}),
     ...(options.queue !== undefined ? { queue: options.queue } : {}),
+    ...(options.shards !== undefined ? { shards: options.shards } : {}),
   };
   if (Object.keys(rules).length === 0 && options.activityId === undefined) {
     return createGoods(options);

@@ -1,6 +1,6 @@
 import type { Db } from '../../db/client';
 import { listCurrentGoods, toGoodsInit } from '../../db/goods';
-import { goodsStock } from '../../durable-objects/routing';
+import { initShards } from '../edge/stock-shards';
 import { log } from '../kernel/log';
 import { PREWARM_AHEAD_MS } from '../kernel/schedule';
 
@@ -14,7 +14,7 @@ export async function prewarmGoods(env: Env, db: Db, now: number): Promise<numbe
   let prewarmed = 0;
   for (const g of goods.filter((r) => r.startAt.getTime() - now <= PREWARM_AHEAD_MS)) {
     try {
-      await goodsStock(env, g).init(toGoodsInit(g));
+      await initShards(env, g, toGoodsInit(g));
       prewarmed++;
     } catch (error) {
       log.error('cron.prewarm_failed', { goodsId: g.id, error });

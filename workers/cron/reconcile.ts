@@ -3,10 +3,12 @@ import { closeSettledDeadLetters, countOpenDeadLetters } from '../../db/dead-let
 import { countLiveOrders, findGoods, type GoodsRow, listGoodsInScope, toGoodsInit } from '../../db/goods';
 import { countOverdueOrders } from '../../db/lifecycle';
 import { insertReconciliationReport } from '../../db/reconciliation';
-import { goodsStock } from '../../durable-objects/routing';
+import { allStockShards, type goodsStock } from '../../durable-objects/routing';
+import { initShards } from '../edge/stock-shards';
 import { getConfig } from '../kernel/config';
 import type { StockSnapshot } from '../kernel/contract';
 import { log } from '../kernel/log';
+import { sumSnapshots } from '../kernel/shards';
 import { count } from '../metrics/registry';
 import { closeOverdueOrders } from './overdue';
 
@@ -65,63 +67,130 @@ export function unsettledAfterMs(env: Env): number {
   return getConfig(env).retry.resendSeconds * 1000;
 }
 
+type Stub = ReturnType<typeof goodsStock>;
+
 /**
  * Units Postgres refused are reported every run. At rest, when Postgres has more stock than the
- * object sells (dbStock - doRemaining = k > 0), up to k of them go back on sale: Postgres can
- * take that many more orders. Returns the snapshot as it is afterwards.
+ * objects sell (dbStock - doRemaining = k > 0), up to k of them go back on sale, shard by shard:
+ * Postgres can take that many more orders. Returns the goods' snapshot as it is afterwards.
  */
 async function decideRefused(
-  stub: ReturnType<typeof goodsStock>,
-  snapshot: StockSnapshot,
+  stubs: Stub[],
+  shards: (StockSnapshot | undefined)[],
+  total: StockSnapshot,
   dbStock: number,
   found: Discrepancy[],
   actions: Action[],
 ): Promise<StockSnapshot> {
-  if (snapshot.refused === 0) {
-    return snapshot;
+  if (total.refused === 0) {
+    return total;
   }
-  found.push({ kind: 'units_refused', units: snapshot.refused, dbStock, doRemaining: snapshot.remaining });
-  const room = dbStock - snapshot.remaining;
-  if (room <= 0) {
-    return snapshot;
+  found.push({ kind: 'units_refused', units: total.refused, dbStock, doRemaining: total.remaining });
+  let room = dbStock - total.remaining;
+  let { remaining, refused } = total;
+  for (const [i, s] of shards.entries()) {
+    const stub = stubs[i];
+    if (room <= 0 || !s || !stub || s.refused === 0) {
+      continue;
+    }
+    const r = await stub.returnRefused(Math.min(room, s.refused), s.remaining);
+    if (r.returned > 0) {
+      actions.push({ action: 'refused_returned', units: r.returned, stillRefused: r.refused, ...shardLabel(stubs, i) });
+      room -= r.returned;
+      remaining += r.returned;
+      refused -= r.returned;
+    }
   }
-  const r = await stub.returnRefused(Math.min(room, snapshot.refused), snapshot.remaining);
-  if (r.returned === 0) {
-    return snapshot;
-  }
-  actions.push({ action: 'refused_returned', units: r.returned, stillRefused: r.refused });
-  return { ...snapshot, remaining: r.remaining, refused: r.refused };
+  return { ...total, remaining, refused };
 }
 
-/** One goods: find, repair what is safe, report the rest. */
-async function reconcileGoods(env: Env, db: Db, row: GoodsRow, now: number): Promise<GoodsReconciliation> {
-  const stub = goodsStock(env, row);
-  const found: Discrepancy[] = [];
-  const actions: Action[] = [];
-  const skipped: string[] = [];
+/** Names the shard in what a sharded goods' run reports (nothing for a one-shard goods). */
+function shardLabel(stubs: Stub[], shard: number): { shard?: number } {
+  return stubs.length > 1 ? { shard } : {};
+}
 
-  let snapshot: StockSnapshot | undefined = await stub.snapshot();
-  if (!snapshot && row.endAt.getTime() > now) {
-    // Pre-warm should have made it; a goods about to sell must not wait for its first shopper.
-    found.push({ kind: 'object_missing' });
-    snapshot = await stub.init(toGoodsInit(row));
-    actions.push({ action: 'object_initialised' });
+/** One stock shard's outbox and unsettled reservations: re-driven when stuck. */
+async function redriveShard(
+  env: Env,
+  stubs: Stub[],
+  i: number,
+  snapshot: StockSnapshot,
+  now: number,
+  found: Discrepancy[],
+  actions: Action[],
+) {
+  const stub = stubs[i];
+  if (!stub) {
+    return;
   }
-
-  if (snapshot && snapshot.outboxPending > 0 && snapshot.oldestOutboxAt !== null && now - snapshot.oldestOutboxAt > STUCK_OUTBOX_MS) {
-    found.push({ kind: 'outbox_stuck', rows: snapshot.outboxPending, oldestAgeMs: now - snapshot.oldestOutboxAt });
+  const label = shardLabel(stubs, i);
+  if (snapshot.outboxPending > 0 && snapshot.oldestOutboxAt !== null && now - snapshot.oldestOutboxAt > STUCK_OUTBOX_MS) {
+    found.push({ kind: 'outbox_stuck', rows: snapshot.outboxPending, oldestAgeMs: now - snapshot.oldestOutboxAt, ...label });
     const r = await stub.redriveOutbox();
-    actions.push({ action: 'outbox_redriven', rows: r.before, stillPending: r.pending });
+    actions.push({ action: 'outbox_redriven', rows: r.before, stillPending: r.pending, ...label });
   }
-
   // Accepted, sent, and still not an order: the queue's retries (and maybe the dead letter) ran
   // out while Postgres was down. The object re-sends on its own backoff; this run answers
   // because Postgres does, so it sends them now (those not sent within the threshold).
   const unsettledAfter = unsettledAfterMs(env);
-  if (snapshot && snapshot.queued > 0 && snapshot.oldestQueuedAt !== null && now - snapshot.oldestQueuedAt > unsettledAfter) {
-    found.push({ kind: 'reservations_unsettled', count: snapshot.queued, oldestAgeMs: now - snapshot.oldestQueuedAt });
+  if (snapshot.queued > 0 && snapshot.oldestQueuedAt !== null && now - snapshot.oldestQueuedAt > unsettledAfter) {
+    found.push({ kind: 'reservations_unsettled', count: snapshot.queued, oldestAgeMs: now - snapshot.oldestQueuedAt, ...label });
     const r = await stub.redriveUnsettled(now - unsettledAfter);
-    actions.push({ action: 'reservations_redriven', rows: r.rows, stillQueued: r.queued });
+    actions.push({ action: 'reservations_redriven', rows: r.rows, stillQueued: r.queued, ...label });
+  }
+}
+
+/** One stock shard's part of the mirror: compared, rewritten when it differs. The mirror's total stock, when read. */
+async function checkShardMirror(stubs: Stub[], i: number, now: number, found: Discrepancy[], actions: Action[], skipped: string[]) {
+  const stub = stubs[i];
+  if (!stub) {
+    return null;
+  }
+  const label = shardLabel(stubs, i);
+  const check = await stub.mirrorCheck(true);
+  if (check.ok) {
+    // Behind because writes failed (Redis was down) or were lost with a restarted object; a
+    // live sale's changes still on their way are not a discrepancy.
+    const behindFor = check.staleSince === null ? 0 : now - check.staleSince;
+    if (check.flushed === 'rewrite' || (check.flushed === 'delta' && behindFor > STALE_MIRROR_MS)) {
+      found.push({ kind: 'mirror_stale', behindMs: behindFor, ...label });
+      actions.push({ action: 'mirror_rewritten', reason: 'stale', ...label });
+    }
+    found.push(...check.discrepancies.map((d) => ({ ...d, ...label })));
+    if (check.repaired) {
+      actions.push({ action: 'mirror_rewritten', reason: 'differed', ...label });
+    }
+    return check.view.stock;
+  }
+  if (check.reason === 'UNREACHABLE') {
+    found.push({ kind: 'mirror_unreachable', staleSinceMs: check.staleSince === null ? null : now - check.staleSince, ...label });
+  } else if (check.reason === 'BUSY') {
+    skipped.push('mirror: the sale kept changing while Redis was read');
+  }
+  return null;
+}
+
+/** One goods: find, repair what is safe, report the rest. A sharded goods is checked shard by shard and compared in total. */
+async function reconcileGoods(env: Env, db: Db, row: GoodsRow, now: number): Promise<GoodsReconciliation> {
+  const stubs = allStockShards(env, row);
+  const found: Discrepancy[] = [];
+  const actions: Action[] = [];
+  const skipped: string[] = [];
+
+  let shards = await Promise.all(stubs.map((s) => s.snapshot()));
+  if (!shards[0] && row.endAt.getTime() > now) {
+    // Pre-warm should have made it; a goods about to sell must not wait for its first shopper.
+    found.push({ kind: 'object_missing' });
+    await initShards(env, row, toGoodsInit(row));
+    shards = await Promise.all(stubs.map((s) => s.snapshot()));
+    actions.push({ action: 'object_initialised' });
+  }
+  const snapshot = sumSnapshots(shards);
+
+  for (const [i, s] of shards.entries()) {
+    if (s) {
+      await redriveShard(env, stubs, i, s, now, found, actions);
+    }
   }
 
   const overdue = await countOverdueOrders(db, row.id, now);
@@ -132,39 +201,24 @@ async function reconcileGoods(env: Env, db: Db, row: GoodsRow, now: number): Pro
   }
 
   let mirrorStock: number | null = null;
-  if (snapshot) {
-    const check = await stub.mirrorCheck(true);
-    if (check.ok) {
-      mirrorStock = check.view.stock;
-      // Behind because writes failed (Redis was down) or were lost with a restarted object; a
-      // live sale's changes still on their way are not a discrepancy.
-      const behindFor = check.staleSince === null ? 0 : now - check.staleSince;
-      if (check.flushed === 'rewrite' || (check.flushed === 'delta' && behindFor > STALE_MIRROR_MS)) {
-        found.push({ kind: 'mirror_stale', behindMs: behindFor });
-        actions.push({ action: 'mirror_rewritten', reason: 'stale' });
-      }
-      found.push(...check.discrepancies);
-      if (check.repaired) {
-        actions.push({ action: 'mirror_rewritten', reason: 'differed' });
-      }
-    } else if (check.reason === 'UNREACHABLE') {
-      found.push({ kind: 'mirror_unreachable', staleSinceMs: check.staleSince === null ? null : now - check.staleSince });
-    } else if (check.reason === 'BUSY') {
-      skipped.push('mirror: the sale kept changing while Redis was read');
+  for (const [i, s] of shards.entries()) {
+    if (s) {
+      mirrorStock = (await checkShardMirror(stubs, i, now, found, actions, skipped)) ?? mirrorStock;
     }
   }
 
-  // Stock is compared only at rest: Postgres read on both sides of the object's snapshot,
+  // Stock is compared only at rest: Postgres read on both sides of the objects' snapshots,
   // unchanged, with nothing queued in between. Otherwise orders in flight make any
   // difference meaningless.
   const before = await dbState(db, row.id);
-  let after = snapshot ? await stub.snapshot() : undefined;
+  const afterShards = snapshot ? await Promise.all(stubs.map((s) => s.snapshot())) : [];
+  let after = sumSnapshots(afterShards);
   const db2 = await dbState(db, row.id);
   const state = db2 ?? before ?? { stock: row.stock, live: 0 };
   const atRest =
     after !== undefined && after.queued === 0 && after.outboxPending === 0 && before?.stock === db2?.stock && before?.live === db2?.live;
   if (after && atRest) {
-    after = await decideRefused(stub, after, state.stock, found, actions);
+    after = await decideRefused(stubs, afterShards, after, state.stock, found, actions);
     // Refused units are neither for sale nor sold: Postgres never had them.
     if (after.remaining + after.refused + state.live !== row.totalStock) {
       found.push({

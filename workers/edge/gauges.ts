@@ -2,15 +2,15 @@ import type { Db } from '../../db/client';
 import { countOpenDeadLettersByQueue } from '../../db/dead-letters';
 import { countOrdersByGoodsAndStatus, listGoodsInScope } from '../../db/goods';
 import { lastReconciliations } from '../../db/reconciliation';
-import { goodsStock } from '../../durable-objects/routing';
 import type { Config } from '../kernel/config';
 import { knownStatusName, ORDER_STATUS } from '../kernel/order-status';
 import type { GaugeFamily, GaugeSample } from '../metrics/prometheus';
 import { readStocks } from '../mirror/client';
+import { goodsSnapshot } from './stock-shards';
 
 // Values read live at scrape time rather than counted: stock as each side sees it, what is
 // in flight, orders by status, dead letters, the last reconciliation. A scrape costs a few
-// Postgres queries, one snapshot per current goods and one Redis MGET.
+// Postgres queries, one snapshot per current goods and stock shard, and one Redis MGET.
 
 function family(name: string, help: string, samples: GaugeSample[]): GaugeFamily {
   return { name, help, samples };
@@ -25,9 +25,10 @@ export async function collectGauges(env: Env, config: Config, db: Db, now: numbe
   const lastRuns = await lastReconciliations(db, ids);
   const snapshots = await Promise.all(
     goods.map((g) =>
-      goodsStock(env, g)
-        .snapshot()
-        .catch(() => undefined),
+      goodsSnapshot(env, g).then(
+        (s) => s.total,
+        () => undefined,
+      ),
     ),
   );
   const mirror = config.redis ? await readStocks(config.redis, ids) : undefined;

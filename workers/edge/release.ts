@@ -3,6 +3,7 @@ import { goodsStock } from '../../durable-objects/routing';
 import type { GoodsPlacement, TimeoutMessage } from '../kernel/contract';
 import { log } from '../kernel/log';
 import { ORDER_STATUS } from '../kernel/order-status';
+import { shardOfOrderId } from '../kernel/shards';
 import { markInStock } from './sold-out';
 
 // A closed order's unit goes back to its goods' object, whoever closed it: the shopper's cancel,
@@ -18,7 +19,8 @@ type ClosedOrder = Pick<OrderRow, 'id' | 'goodsId' | 'requestId' | 'status'>;
  * Idempotent (the object ignores a release it already made); throws when the object is unreachable.
  */
 export async function releaseUnit(env: Env, goods: GoodsPlacement, order: ClosedOrder): Promise<void> {
-  const { remaining } = await goodsStock(env, goods).release(
+  // The order id names the stock shard that made (and holds) the reservation.
+  const { remaining } = await goodsStock(env, goods, shardOfOrderId(order.id)).release(
     order.requestId,
     order.status === ORDER_STATUS.CANCELLED ? 'CANCELLED' : 'CLOSED_TIMEOUT',
   );

@@ -1,11 +1,12 @@
-import { goodsStock } from '../../durable-objects/routing';
+import { goodsStock, stockShardOf } from '../../durable-objects/routing';
 import type { GoodsPlacement, ReserveItem, ReserveOutcome } from '../kernel/contract';
 import { GroupCommit, type WaitUntil } from './group-commit';
 
 /**
- * The edge's one way into a goods' stock object for purchases: group commit (see
- * group-commit.ts). The reservations this isolate makes for one goods while a call to its
- * object is on the way go together in the next `reserveMany` call, ONE SQLite transaction.
+ * The edge's one way into a goods' stock objects for purchases: group commit (see
+ * group-commit.ts). The reservations this isolate makes for one stock shard while a call to it
+ * is on the way go together in the next `reserveMany` call, ONE SQLite transaction. A shopper
+ * always lands on the same shard (a hash of the user id), so one lane per goods and shard.
  */
 
 /** Largest batch in one call (one transaction); bounded so one call stays short. */
@@ -16,7 +17,7 @@ const MAX_IN_FLIGHT = 2;
 const WAIT_LIMIT_MS = 10_000;
 
 /** The first call of a batch is its sender's: its `env` makes the stub, in its own request. */
-type Call = { env: Env; goods: GoodsPlacement; item: ReserveItem };
+type Call = { env: Env; goods: GoodsPlacement; shard: number; item: ReserveItem };
 
 const reservations = new GroupCommit<Call, ReserveOutcome>({
   maxBatch: MAX_BATCH,
@@ -27,14 +28,16 @@ const reservations = new GroupCommit<Call, ReserveOutcome>({
     if (!first) {
       return Promise.resolve([]);
     }
-    return goodsStock(first.env, first.goods).reserveMany(
+    return goodsStock(first.env, first.goods, first.shard).reserveMany(
       first.goods.id,
       calls.map((c) => c.item),
+      first.shard,
     );
   },
 });
 
 /** Reserves one unit for `item`, batched with whatever else this isolate is reserving. */
 export function reserve(env: Env, goods: GoodsPlacement, item: ReserveItem, waitUntil?: WaitUntil): Promise<ReserveOutcome> {
-  return reservations.run(String(goods.id), { env, goods, item }, waitUntil);
+  const shard = stockShardOf(goods, item.userId);
+  return reservations.run(`${goods.id}:${shard}`, { env, goods, shard, item }, waitUntil);
 }

@@ -3,9 +3,10 @@ import { countOpenDeadLetters } from '../../db/dead-letters';
 import { countOrdersByStatus, findGoods } from '../../db/goods';
 import { ORDER_STATUS, type OrderStatusName } from '../../db/schema';
 import { countDeliveries, type DeliveryCounts } from '../../db/webhooks';
-import { goodsStock } from '../../durable-objects/routing';
 import type { Config } from '../kernel/config';
+import type { ShardStock } from '../kernel/shards';
 import { readStocks } from '../mirror/client';
+import { goodsSnapshot } from './stock-shards';
 import { roomStatsOf } from './waiting-room';
 
 export type GoodsStats = {
@@ -28,6 +29,10 @@ export type GoodsStats = {
   webhooks: DeliveryCounts;
   /** The waiting room: shoppers in line, admissions per second, and the room's other totals. */
   queue: Awaited<ReturnType<typeof roomStatsOf>> | null;
+  /** Each stock shard's figures (one entry for a one-shard goods); they add up to the totals. */
+  shards: ShardStock[];
+  /** Calls between the goods' shards (leases and give-backs) since their objects last started; 0 with one shard. */
+  poolCalls: number;
 };
 
 /**
@@ -42,20 +47,20 @@ export async function goodsStats(env: Env, config: Config, goodsId: number): Pro
       return undefined;
     }
     // The row first: it says where the goods' object lives; the rest is read side by side.
-    const [counts, deadLetters, webhooks, snapshot, mirrored, queue] = await Promise.all([
+    const [counts, deadLetters, webhooks, stock, mirrored, queue] = await Promise.all([
       countOrdersByStatus(d, goodsId),
       countOpenDeadLetters(d, goodsId),
       countDeliveries(d, goodsId),
-      goodsStock(env, row).snapshot(),
+      goodsSnapshot(env, row),
       config.redis ? readStocks(config.redis, [goodsId]) : Promise.resolve(undefined),
       roomStatsOf(env, row).catch(() => null),
     ]);
-    return { fromDb: { row, counts, deadLetters, webhooks }, snapshot, mirrored, queue };
+    return { fromDb: { row, counts, deadLetters, webhooks }, snapshot: stock.total, shards: stock.shards, mirrored, queue };
   });
   if (!found) {
     return undefined;
   }
-  const { fromDb, snapshot, mirrored, queue } = found;
+  const { fromDb, snapshot, shards, mirrored, queue } = found;
   const mirrorStock = mirrored?.[0] ?? null;
   const mirror = !config.redis ? 'off' : !mirrored ? 'unreachable' : mirrorStock === null ? 'missing' : 'ok';
   const orders = Object.fromEntries(Object.entries(ORDER_STATUS).map(([name, code]) => [name, fromDb.counts[code] ?? 0])) as Record<
@@ -89,5 +94,7 @@ export async function goodsStats(env: Env, config: Config, goodsId: number): Pro
     consistent,
     webhooks: fromDb.webhooks,
     queue,
+    shards,
+    poolCalls: snapshot?.poolCalls ?? 0,
   };
 }

@@ -1,7 +1,7 @@
-import { goodsStock } from '../../durable-objects/routing';
 import type { Config } from '../kernel/config';
 import { FAIL_REASONS, type FailReason, type GoodsPlacement, type ResultView, type StockSnapshot } from '../kernel/contract';
 import { readResult, readStocks } from '../mirror/client';
+import { goodsSnapshot } from './stock-shards';
 
 // Shopper reads that try the mirror first and fall back to the goods' object, so polling
 // shoppers and goods pages do not queue behind reservations on a hot object.
@@ -47,9 +47,10 @@ export async function readRemaining(env: Env, config: Config, goods: GoodsPlacem
       if (m !== undefined && m !== null) {
         return { remaining: m };
       }
-      const snapshot = await goodsStock(env, g)
-        .snapshot()
-        .catch(() => undefined);
+      const snapshot = await goodsSnapshot(env, g).then(
+        (s) => s.total,
+        () => undefined,
+      );
       return snapshot ? { remaining: snapshot.remaining, snapshot } : undefined;
     }),
   );

@@ -103,6 +103,8 @@ export const OrderMessage = z.object({
   priceCents: z.number().int().nonnegative(),
   payTimeoutSeconds: z.number().int().positive(),
   reservedAt: z.number().int(),
+  /** The stock shard holding the reservation (absent: shard 0), where its settlement goes. */
+  shard: z.number().int().min(0).max(63).optional(),
   /** Units of the order (absent in messages made before sale rules: 1). */
   quantity: z.number().int().min(1).max(100).optional(),
   /** The goods' limit scope when reserved (absent: goods); `activity` orders meet the activity's unique index. */
@@ -137,6 +139,10 @@ export const GoodsInit = z.object({
   endAt: z.number().int(),
   paused: z.boolean(),
   payTimeoutSeconds: z.number().int().positive(),
+  /** Stock shards of the goods (absent or 1: one object holds all of it). */
+  shards: z.number().int().min(1).max(64).optional(),
+  /** Where the goods' objects are placed (shards made by shard 0 get the same hint). */
+  locationHint: z.string().nullable().optional(),
   /** Absent from callers before sale rules: 1, `goods`, `open`. */
   perUserLimit: PerUserLimit.optional(),
   limitScope: LimitScope.optional(),
@@ -166,6 +172,16 @@ export type StockSnapshot = {
   mirrorStaleSince: number | null;
   /** Reservations this object instance has been asked for (edge admission shows up here). */
   reserveRequests: number;
+  /** This object's shard and the goods' shard count (0 and 1 for a one-shard goods). */
+  shard?: number;
+  shards?: number;
+  /**
+   * Shard 0 of a sharded goods: its own units plus what the other shards last reported, a
+   * figure for the waiting room that costs no call per shard (stats add the shards up exactly).
+   */
+  goodsRemaining?: number;
+  /** Calls to other shards this instance made (grants asked, give-backs asked): how rarely shards need the pool. */
+  poolCalls?: number;
 };
 
 export type ResultView = {
@@ -233,7 +249,12 @@ export const LOCATION_HINTS = ['wnam', 'enam', 'sam', 'weur', 'eeur', 'apac', 'o
 export const LocationHint = z.enum(LOCATION_HINTS);
 
 /** What addresses a goods' objects: its id and the location hint its stock object is made with. A goods row fits. */
-export type GoodsPlacement = { id: number; locationHint: string | null };
+export type GoodsPlacement = {
+  id: number;
+  locationHint: string | null;
+  /** Stock shards (1 when absent): which objects hold the goods' stock. */
+  shards?: number;
+};
 
 // HTTP bodies.
 
@@ -261,6 +282,9 @@ const DisplayText = (max: number) =>
     .max(max)
     .refine((t) => !CONTROL_CHARACTERS.test(t), 'must not contain control characters');
 
+/** How many objects a goods' stock is spread over. */
+const StockShards = z.number().int().min(1).max(64);
+
 export const CreateGoodsBody = z
   .object({
     activityId: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
@@ -273,6 +297,7 @@ export const CreateGoodsBody = z
     payTimeoutSeconds: z.number().int().min(1).max(43_200).optional(),
     locationHint: LocationHint.optional(),
     queue: QueueSettings.optional(),
+    shards: StockShards.optional(),
     perUserLimit: PerUserLimit.optional(),
     limitScope: LimitScope.optional(),
     eligibility: Eligibility.optional(),
@@ -287,6 +312,7 @@ export const UpdateGoodsBody = z
     perUserLimit: PerUserLimit.optional(),
     limitScope: LimitScope.optional(),
     eligibility: Eligibility.optional(),
+    shards: StockShards.optional(),
   })
   .strict()
   .refine((b) => Object.keys(b).length > 0, 'name at least one setting to change');

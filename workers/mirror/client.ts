@@ -1,6 +1,6 @@
 import { Redis } from '@upstash/redis/cloudflare';
 import { count } from '../metrics/registry';
-import { goodsKey, type ParsedResult, parseResult, resultKey, resultOwnerKey, stockKey, usersKey } from './keys';
+import { goodsKey, type ParsedResult, parseResult, resultKey, resultOwnerKey, stockKey, stockPartsKey, usersKey } from './keys';
 import { type MirrorOp, pipelines } from './plan';
 
 // The Upstash client, wrapped so Redis can never slow a shopper down: every call has a short
@@ -84,6 +84,13 @@ function outcomeOf(error: unknown): 'skipped' | 'error' {
   return error instanceof MirrorSkipped ? 'skipped' : 'error';
 }
 
+/** Sets a shard's part of the stock and the goods' total to the sum of the parts, in one step. */
+const STOCK_PART_SCRIPT = `redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+local total = 0
+for _, v in ipairs(redis.call('HVALS', KEYS[1])) do total = total + tonumber(v) end
+redis.call('SET', KEYS[2], tostring(total))
+return total`;
+
 /** Sends mirror commands as pipelines, in order. Throws if any of them fails. */
 export async function writeMirror(config: RedisConfig, ops: MirrorOp[], options: Options = {}): Promise<void> {
   if (ops.length === 0) {
@@ -124,6 +131,9 @@ export async function writeMirror(config: RedisConfig, ops: MirrorOp[], options:
               break;
             case 'rename':
               p.rename(op.from, op.to);
+              break;
+            case 'stockpart':
+              p.eval(STOCK_PART_SCRIPT, [op.parts, op.key], [op.field, op.value]);
               break;
           }
         }
@@ -191,24 +201,30 @@ export async function readResult(config: RedisConfig, requestId: string): Promis
 /** What the mirror holds for one goods, for reconciliation. */
 export type MirrorView = {
   stock: number | null;
+  /** A stock shard's part of the stock, when asked for one. */
+  part?: number | null;
   users: number;
   goods: Record<string, string>;
 };
 
 /** Reads one goods' keys in one pipeline. Throws when Redis cannot answer. */
-export async function readMirrorView(config: RedisConfig, goodsId: number, options: Options = {}): Promise<MirrorView> {
+export async function readMirrorView(config: RedisConfig, goodsId: number, options: Options = {}, part?: string): Promise<MirrorView> {
   return guarded(config, options, async (redis) => {
     const p = redis.pipeline();
     p.get(stockKey(goodsId));
     p.scard(usersKey(goodsId));
     p.hgetall(goodsKey(goodsId));
-    const [stock, users, hash] = await p.exec<[unknown, unknown, unknown]>();
+    if (part !== undefined) {
+      p.hget(stockPartsKey(goodsId), part);
+    }
+    const [stock, users, hash, partValue] = await p.exec<[unknown, unknown, unknown, unknown]>();
     const goods: Record<string, string> = {};
     if (Array.isArray(hash)) {
       for (let i = 0; i + 1 < hash.length; i += 2) {
         goods[String(hash[i])] = String(hash[i + 1]);
       }
     }
-    return { stock: toStock(stock), users: typeof users === 'number' ? users : Number(users) || 0, goods };
+    const view: MirrorView = { stock: toStock(stock), users: typeof users === 'number' ? users : Number(users) || 0, goods };
+    return part === undefined ? view : { ...view, part: toStock(partValue) };
   });
 }

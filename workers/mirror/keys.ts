@@ -4,6 +4,11 @@
 
 /** Remaining units, a decimal integer (the object's `remaining`, written absolutely). */
 export const stockKey = (goodsId: number) => `seckill:stock:${goodsId}`;
+/**
+ * A sharded goods' stock per shard (field = shard index): each shard writes its own field and
+ * the total under stockKey in one script, so the seed's key stays the goods' total.
+ */
+export const stockPartsKey = (goodsId: number) => `seckill:stock:${goodsId}:shards`;
 /** Goods info hash: title, priceCents, totalStock, startAt, endAt, paused, ... */
 export const goodsKey = (goodsId: number) => `seckill:goods:${goodsId}`;
 /** Sale start, epoch milliseconds. */

@@ -8,6 +8,7 @@ import {
   resultOwnerKey,
   startKey,
   stockKey,
+  stockPartsKey,
   usersKey,
   usersRebuildKey,
 } from './keys';
@@ -25,7 +26,9 @@ export type MirrorOp =
   | { op: 'sadd'; key: string; members: string[] }
   | { op: 'srem'; key: string; members: string[] }
   | { op: 'del'; key: string }
-  | { op: 'rename'; from: string; to: string };
+  | { op: 'rename'; from: string; to: string }
+  /** A stock shard's own figure (field `field` of hash `parts`), and `key` set to the sum of the hash, atomically. */
+  | { op: 'stockpart'; key: string; parts: string; field: string; value: string };
 
 /** The goods' settings as the object holds them. */
 export type MirrorGoods = {
@@ -48,6 +51,8 @@ export type MirrorFullState = {
   remaining: number;
   holders: string[];
   results: MirrorResult[];
+  /** A stock shard of a sharded goods: its index (it writes its part of the stock and adds its holders). */
+  stockPart?: string;
 };
 
 /**
@@ -122,14 +127,22 @@ function chunks<T>(items: T[], size: number): T[][] {
   return out;
 }
 
-/** The commands for a collected delta. */
-export function deltaOps(goodsId: number, d: MirrorDelta): MirrorOp[] {
+/** The stock write: the whole figure, or a shard's part of it. */
+function stockOp(goodsId: number, remaining: number, part: string | undefined): MirrorOp {
+  const value = String(remaining);
+  return part === undefined
+    ? { op: 'set', key: stockKey(goodsId), value }
+    : { op: 'stockpart', key: stockKey(goodsId), parts: stockPartsKey(goodsId), field: part, value };
+}
+
+/** The commands for a collected delta (`part`: the writer is that stock shard of a sharded goods). */
+export function deltaOps(goodsId: number, d: MirrorDelta, part?: string): MirrorOp[] {
   const ops: MirrorOp[] = [];
   if (d.goods) {
     ops.push(...goodsOps(d.goods));
   }
   if (d.stock !== undefined) {
-    ops.push({ op: 'set', key: stockKey(goodsId), value: String(d.stock) });
+    ops.push(stockOp(goodsId, d.stock, part));
   }
   const added: string[] = [];
   const removed: string[] = [];
@@ -154,8 +167,13 @@ export function deltaOps(goodsId: number, d: MirrorDelta): MirrorOp[] {
  */
 export function fullOps(state: MirrorFullState): MirrorOp[] {
   const id = state.goods.goodsId;
-  const ops: MirrorOp[] = [...goodsOps(state.goods), { op: 'set', key: stockKey(id), value: String(state.remaining) }];
-  if (state.holders.length === 0) {
+  const ops: MirrorOp[] = [...goodsOps(state.goods), stockOp(id, state.remaining, state.stockPart)];
+  if (state.stockPart !== undefined) {
+    // The holders set is shared by the goods' shards: one shard can only add its own.
+    for (const members of chunks(state.holders, MEMBERS_PER_COMMAND)) {
+      ops.push({ op: 'sadd', key: usersKey(id), members });
+    }
+  } else if (state.holders.length === 0) {
     ops.push({ op: 'del', key: usersKey(id) });
   } else {
     ops.push({ op: 'del', key: usersRebuildKey(id) });

@@ -11,6 +11,8 @@ export type MirrorHost = {
   goodsId(): number | undefined;
   fullState(): MirrorFullState | undefined;
   expectation(): MirrorExpectation | undefined;
+  /** The object's stock shard when its goods has several (it writes its part of the stock). */
+  stockPart?(): string | undefined;
   /** Asks for an alarm at `at`, to retry a failed write. */
   retryAt(at: number): void;
   /** Stores the bookkeeping durably (the object's storage owns the table). */
@@ -230,7 +232,7 @@ export class MirrorSync {
       if (goodsId === undefined) {
         return true;
       }
-      ops = deltaOps(goodsId, delta);
+      ops = deltaOps(goodsId, delta, this.host.stockPart?.());
     }
     try {
       await writeMirror(config, ops, { force: force || full });
@@ -284,7 +286,7 @@ export class MirrorSync {
       const before = this.version;
       let view: MirrorView;
       try {
-        view = await readMirrorView(config, this.host.goodsId() ?? 0, { force: true });
+        view = await readMirrorView(config, this.host.goodsId() ?? 0, { force: true }, this.host.stockPart?.());
       } catch {
         return { ok: false, reason: 'UNREACHABLE', staleSince };
       }

@@ -8,6 +8,7 @@ import { type Config, getConfig } from '../kernel/config';
 import { type GoodsPlacement, OrderMessage, type Settlement, type TimeoutMessage } from '../kernel/contract';
 import { deliverTwiceIfAsked, failAfterWriteIfAsked } from '../kernel/dev-faults';
 import { log } from '../kernel/log';
+import { shardOfOrderId } from '../kernel/shards';
 import { flushMetrics } from '../metrics/flush';
 import { observeQueueLag } from '../metrics/queue';
 import { count } from '../metrics/registry';
@@ -103,7 +104,7 @@ async function consumeGroups(env: Env, config: Config, groups: Map<number, Parse
         // late settle then changes nothing.
         // The shop's order.created events were written with the orders; their send never fails the batch.
         await Promise.all([
-          settle(env, goods, results),
+          settle(env, goods, items, results),
           scheduleTimeouts(env, items, results),
           enqueueDeliveries(
             env,
@@ -134,12 +135,23 @@ async function consumeGroups(env: Env, config: Config, groups: Map<number, Parse
   );
 }
 
-async function settle(env: Env, goods: GoodsPlacement, results: WriteResult[]): Promise<void> {
-  const settlements = results.map(
-    (r): Settlement =>
-      r.ok ? { requestId: r.requestId, ok: true, orderId: r.orderId } : { requestId: r.requestId, ok: false, reason: r.reason },
-  );
-  await goodsStock(env, goods).settle(settlements);
+/** Tells each stock shard what Postgres made of its reservations (the message names the shard). */
+async function settle(env: Env, goods: GoodsPlacement, items: Parsed<OrderMessage>[], results: WriteResult[]): Promise<void> {
+  const shardOf = new Map(items.map((i) => [i.body.requestId, i.body.shard ?? shardOfOrderId(i.body.orderId)]));
+  const byShard = new Map<number, Settlement[]>();
+  for (const r of results) {
+    const shard = shardOf.get(r.requestId) ?? 0;
+    const s: Settlement = r.ok
+      ? { requestId: r.requestId, ok: true, orderId: r.orderId }
+      : { requestId: r.requestId, ok: false, reason: r.reason };
+    const list = byShard.get(shard);
+    if (list) {
+      list.push(s);
+    } else {
+      byShard.set(shard, [s]);
+    }
+  }
+  await Promise.all([...byShard].map(([shard, settlements]) => goodsStock(env, goods, shard).settle(settlements)));
 }
 
 async function scheduleTimeouts(env: Env, items: Parsed<OrderMessage>[], results: WriteResult[]): Promise<void> {

@@ -2,11 +2,11 @@ import { Hono } from 'hono';
 import { z } from 'zod';
 import { changeAllowlist } from '../../../db/allowlist';
 import { dbOptions, httpDb, withDbFor } from '../../../db/client';
-import { findGoods, type GoodsRow, insertGoods, setGoodsPaused, toGoodsInit, updateGoodsSettings } from '../../../db/goods';
-import { goodsStock } from '../../../durable-objects/routing';
+import { findGoods, type GoodsRow, insertGoods, setGoodsPaused, setGoodsShards, toGoodsInit, updateGoodsSettings } from '../../../db/goods';
 import { getGoods, invalidateGoods } from '../../edge/goods-cache';
 import { goodsView } from '../../edge/goods-view';
 import { goodsStats } from '../../edge/stats';
+import { allowlistShards, goodsSnapshot, initShards, pauseShards } from '../../edge/stock-shards';
 import { commitSeed, pushRoomSettings, queueOf } from '../../edge/waiting-room';
 import type { Config } from '../../kernel/config';
 import { AllowlistBody, CreateGoodsBody, GoodsId, UpdateGoodsBody } from '../../kernel/contract';
@@ -27,30 +27,40 @@ export const admin = new Hono<AppEnv>()
     const body = c.req.valid('json');
     const row = await withDbFor(c.var.config, (d) => insertGoods(d, body));
     await invalidateGoods(c.var.config);
-    // Pre-warm at once: the object exists before the first shopper arrives.
-    const snapshot = await goodsStock(c.env, row).init(toGoodsInit(row));
+    // Pre-warm at once: the objects exist (and the shards hold their leases) before the first shopper arrives.
+    const snapshot = await initShards(c.env, row, toGoodsInit(row));
     await commitSeed(c.env, row);
-    return c.json(adminGoodsView(row, snapshot), 201);
+    return c.json(goodsAnswer(row, snapshot), 201);
   })
 
   .put('/goods/:goodsId', valid('param', GoodsParam), valid('json', UpdateGoodsBody), async (c) => {
     const { goodsId } = c.req.valid('param');
     const body = c.req.valid('json');
-    const row = await withDbFor(c.var.config, (d) => updateGoodsSettings(d, goodsId, body));
+    const { shards, ...settings } = body;
+    const row = await withDbFor(c.var.config, async (d) => {
+      // The shard count first: a refused change (the sale started) changes nothing else either.
+      const resharded = shards === undefined ? undefined : await setGoodsShards(d, goodsId, shards, Date.now());
+      if (resharded === 'SALE_STARTED') {
+        throw new AppError('SALE_STARTED', 'shards can change only before the sale starts');
+      }
+      return Object.keys(settings).length > 0 ? updateGoodsSettings(d, goodsId, settings) : (resharded ?? findGoods(d, goodsId));
+    });
     if (!row) {
       throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
     }
     await invalidateGoods(c.var.config);
     await Promise.all([commitSeed(c.env, row), pushRoomSettings(c.env, row)]);
-    const stub = goodsStock(c.env, row);
-    // The sale rules take effect in the object at once (an object not made yet is made with them).
+    // A new shard count or new sale rules take effect in every shard at once (a shard not made
+    // yet is made with them).
     const rules = body.perUserLimit !== undefined || body.limitScope !== undefined || body.eligibility !== undefined;
-    const snapshot = rules ? await stub.init(toGoodsInit(row)) : await stub.snapshot();
-    return c.json(adminGoodsView(row, snapshot));
+    const snapshot =
+      shards !== undefined || rules ? await initShards(c.env, row, toGoodsInit(row)) : (await goodsSnapshot(c.env, row)).total;
+    return c.json(goodsAnswer(row, snapshot));
   })
 
-  // Postgres first, in chunks of multi-row statements; then the goods' object, in chunks of RPCs,
-  // so the check where the unit is taken reads its own copy. A failure part-way is safe to repeat.
+  // Postgres first, in chunks of multi-row statements; then every stock shard of the goods, in
+  // chunks of RPCs, so the check where the unit is taken reads its own copy. A failure part-way
+  // is safe to repeat.
   .put('/goods/:goodsId/allowlist', limitAllowlistBody, valid('param', GoodsParam), valid('json', AllowlistBody), async (c) => {
     const { goodsId } = c.req.valid('param');
     const add = c.req.valid('json').add ?? [];
@@ -60,10 +70,7 @@ export const admin = new Hono<AppEnv>()
       throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
     }
     const count = await changeAllowlist(httpDb(dbOptions(c.var.config)), goodsId, add, remove);
-    const stub = goodsStock(c.env, row);
-    for (let i = 0; i < Math.max(add.length, remove.length); i += OBJECT_CHUNK) {
-      await stub.changeAllowlist(add.slice(i, i + OBJECT_CHUNK), remove.slice(i, i + OBJECT_CHUNK));
-    }
+    await allowlistShards(c.env, row, add, remove);
     return c.json({ count });
   })
 
@@ -73,7 +80,7 @@ export const admin = new Hono<AppEnv>()
     if (!row) {
       throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
     }
-    const snapshot = await goodsStock(c.env, row).init(toGoodsInit(row));
+    const snapshot = await initShards(c.env, row, toGoodsInit(row));
     return c.json(snapshot);
   })
 
@@ -94,14 +101,6 @@ export const admin = new Hono<AppEnv>()
     return c.json({ ...stats, ...(queueSettings ? { queueSettings } : {}) });
   });
 
-/** Ids per RPC to the goods' object: one transaction each, well inside an RPC's size. */
-const OBJECT_CHUNK = 10_000;
-
-/** The goods as the admin routes answer it: the shopper's view plus its placement and waiting room. */
-function adminGoodsView(row: GoodsRow, snapshot: Parameters<typeof goodsView>[1]) {
-  return { ...goodsView(row, snapshot, undefined, Date.now()), locationHint: row.locationHint, queue: queueOf(row) };
-}
-
 async function setPaused(env: Env, config: Config, goodsId: number, paused: boolean) {
   const row = await withDbFor(config, (d) => setGoodsPaused(d, goodsId, paused));
   if (!row) {
@@ -109,8 +108,12 @@ async function setPaused(env: Env, config: Config, goodsId: number, paused: bool
   }
   await invalidateGoods(config);
   await pushRoomSettings(env, row);
-  const stub = goodsStock(env, row);
-  // An object never used yet is created paused or not from the row just written.
-  const snapshot = (await stub.setPaused(paused)) ?? (await stub.init(toGoodsInit(row)));
+  // Every shard holds the switch; objects never used yet are created paused or not from the row just written.
+  const snapshot = (await pauseShards(env, row, paused)) ?? (await initShards(env, row, toGoodsInit(row)));
   return { goodsId, paused: snapshot.paused, remaining: snapshot.remaining };
+}
+
+/** The goods as the admin routes answer it: the view plus the settings only operators see. */
+function goodsAnswer(row: GoodsRow, snapshot: Parameters<typeof goodsView>[1]) {
+  return { ...goodsView(row, snapshot, undefined, Date.now()), locationHint: row.locationHint, queue: queueOf(row), shards: row.shards };
 }

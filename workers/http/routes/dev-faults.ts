@@ -1,5 +1,5 @@
 import { Hono } from 'hono';
-import { goodsStock } from '../../../durable-objects/routing';
+import { allStockShards } from '../../../durable-objects/routing';
 import { getGoods } from '../../edge/goods-cache';
 import { askObjectReset, DEV_FAULT, DevFaultsBody, DevResetBody, devFaults, setDevFaults } from '../../kernel/dev-faults';
 import { AppError } from '../../kernel/errors';
@@ -38,19 +38,24 @@ export const devFaultRoutes = new Hono<AppEnv>()
     return c.json(setDevFaults(body));
   })
 
-  // The goods' object throws away its in-memory state, as an eviction or a crash would: the
-  // next call to it meets a new instance that has only what was in storage.
+  // Every stock shard of the goods throws away its in-memory state, as an eviction or a crash
+  // would: the next call to each meets a new instance that has only what was in storage.
   .post('/reset', valid('json', DevResetBody), async (c) => {
     const { goodsId } = c.req.valid('json');
     const goods = await getGoods(c.var.config, goodsId);
-    const withdraw = askObjectReset(goodsId);
-    const reset = await goodsStock(c.env, goods)
-      .snapshot()
-      .then(
-        () => false,
-        (error: unknown) => error instanceof Error && error.message.includes(DEV_FAULT),
-      )
-      .finally(withdraw);
+    let reset = true;
+    // One shard at a time: the request is by goods, and the first shard to look takes it.
+    for (const stub of allStockShards(c.env, goods)) {
+      const withdraw = askObjectReset(goodsId);
+      const done = await stub
+        .snapshot()
+        .then(
+          () => false,
+          (error: unknown) => error instanceof Error && error.message.includes(DEV_FAULT),
+        )
+        .finally(withdraw);
+      reset &&= done;
+    }
     log.warn('dev_fault.object_reset', { requestId: c.var.traceId, goodsId, reset });
     return c.json({ goodsId, reset });
   });

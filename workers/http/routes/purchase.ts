@@ -168,8 +168,10 @@ const reserveUnit = step(async function reserveUnit(c) {
   }
   if (!outcome.ok) {
     // Fewer units left than asked for is not sold out: others may still buy what is left. A
-    // replayed SOLD_OUT of a purchase of several units may have been such a refusal too.
-    const soldOut = outcome.reason === 'SOLD_OUT' && !outcome.remaining && !(outcome.replay && c.var.quantity > 1);
+    // replayed SOLD_OUT of a purchase of several units may have been such a refusal too, and so
+    // may a stock shard's (its count of the goods' units misses those moving between shards).
+    const uncertain = c.var.quantity > 1 && (outcome.replay || goods.shards > 1);
+    const soldOut = outcome.reason === 'SOLD_OUT' && !outcome.remaining && !uncertain;
     if (soldOut) {
       markSoldOut(goods.id, Date.now(), acceptedKeyedOf(outcome));
     }

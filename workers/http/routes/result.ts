@@ -1,5 +1,5 @@
 import { Hono } from 'hono';
-import { goodsStock } from '../../../durable-objects/routing';
+import { goodsStock, stockShardOf } from '../../../durable-objects/routing';
 import { mirroredResult } from '../../edge/stock-reads';
 import { RequestParam } from '../../kernel/contract';
 import { AppError } from '../../kernel/errors';
@@ -13,10 +13,15 @@ const goodsOfRequest = validInto('param', RequestParam, (c, { requestId }) =>
   c.set('goodsId', Number(requestId.slice(0, requestId.indexOf('.')))),
 );
 
-/** A purchase's answer, for its owner only: the mirror first, the goods' object when the mirror lacks it. */
+/**
+ * A purchase's answer, for its owner only: the mirror first, the goods' object when the mirror
+ * lacks it (the shopper's own stock shard: only the owner's answer is ever shown).
+ */
 export const result = new Hono<AppEnv>().get('/result/:requestId', shopperAuth, goodsOfRequest, loadGoods, async (c) => {
   const requestId = c.req.param('requestId');
-  const view = (await mirroredResult(c.var.config, requestId)) ?? (await goodsStock(c.env, c.var.goods).result(requestId));
+  const view =
+    (await mirroredResult(c.var.config, requestId)) ??
+    (await goodsStock(c.env, c.var.goods, stockShardOf(c.var.goods, c.var.userId)).result(requestId));
   // Someone else's request is reported as unknown, so ids cannot be probed.
   if (!view || view.userId !== c.var.userId) {
     throw new AppError('NOT_FOUND', 'no such request');

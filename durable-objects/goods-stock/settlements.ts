@@ -1,0 +1,65 @@
+import type { FailReason, Settlement } from '../../workers/kernel/contract';
+import type { MirrorSync } from '../../workers/mirror/sync';
+import { refuseOne, releaseOne } from './ledger';
+import type { Sale, StockStorage } from './storage';
+
+// What Postgres made of reservations, applied inside the caller's synchronous transaction, and
+// the Redis mirror told of each change (it writes after the commit).
+
+export type SettleCounts = { confirmed: number; released: number; refused: number };
+
+/**
+ * Gives a reservation's units back (cancelled, timed out, or refused by Postgres) and tells the
+ * mirror; false when there was nothing (left) to release.
+ */
+export function releaseAndMirror(
+  store: StockStorage,
+  sale: Sale | undefined,
+  mirror: MirrorSync,
+  requestId: string,
+  reason: FailReason,
+  now: number,
+): boolean {
+  const released = sale && releaseOne(store, sale, requestId, reason, now);
+  if (!sale || !released) {
+    return false;
+  }
+  mirror.noteUser(released.userId, released.stillHolds);
+  mirror.noteStock(sale.remaining);
+  if (released.wasQueued) {
+    mirror.noteResult({ requestId, userId: released.userId, value: `FAIL:${reason}` });
+  }
+  return true;
+}
+
+/**
+ * Confirmed orders, failures that give the units back, or a SOLD_OUT from Postgres, whose units
+ * are held aside (see refuseOne). A settled reservation's outbox row goes: nothing sends it again.
+ */
+export function applySettlements(
+  store: StockStorage,
+  sale: Sale | undefined,
+  mirror: MirrorSync,
+  settlements: Settlement[],
+  now: number,
+): SettleCounts {
+  const counts: SettleCounts = { confirmed: 0, released: 0, refused: 0 };
+  for (const s of settlements) {
+    if (s.ok) {
+      for (const userId of store.confirm(s.requestId, now)) {
+        counts.confirmed++;
+        mirror.noteResult({ requestId: s.requestId, userId, value: `SUCCESS:${s.orderId}` });
+      }
+    } else if (s.reason === 'SOLD_OUT' && sale) {
+      const shopper = refuseOne(store, sale, s.requestId, now);
+      if (shopper !== undefined) {
+        counts.refused++;
+        mirror.noteUser(shopper.userId, shopper.stillHolds);
+        mirror.noteResult({ requestId: s.requestId, userId: shopper.userId, value: 'FAIL:SOLD_OUT' });
+      }
+    } else if (releaseAndMirror(store, sale, mirror, s.requestId, s.reason, now)) {
+      counts.released++;
+    }
+  }
+  return counts;
+}

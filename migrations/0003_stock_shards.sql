@@ -1,0 +1,2 @@
+ALTER TABLE "seckill_goods" ADD COLUMN "shards" integer DEFAULT 1 NOT NULL;--> statement-breakpoint
+ALTER TABLE "seckill_goods" ADD CONSTRAINT "seckill_goods_shards" CHECK ("seckill_goods"."shards" BETWEEN 1 AND 64);
