@@ -13,6 +13,13 @@ import { SlidingLog, WindowCounter } from '../../workers/kernel/windows';
 export const SOURCE_TTL_MS = 2_000;
 const SWEEP_EVERY_MS = 10_000;
 const SWEEP_ABOVE_ENTRIES = 50_000;
+/**
+ * After an operator lifts a ban, reports of the client still on their way (an isolate sends
+ * every 0.5 s and holds a key at most 8 rounds) carry what it did before the lift: for this
+ * long they neither ban it again nor count toward a new ban. The isolates' own windows still
+ * answer 429 meanwhile.
+ */
+export const LIFT_GRACE_MS = 5_000;
 
 type Source = { seen: number; at: number };
 type Window = { log: SlidingLog; sources: Map<string, Source> };
@@ -62,6 +69,7 @@ export function splitLimit(limit: number, demand: ReadonlyMap<string, number>): 
 /** The in-memory fleet view of one shard. */
 export class GuardLedger {
   private readonly entries = new Map<string, Entry>();
+  private readonly lifts = new Map<string, number>();
   private sweptAt = 0;
   private horizonMs = 10_000;
 
@@ -87,12 +95,14 @@ export class GuardLedger {
         reply.bans.push({ id: key.id, retryAfterMs: until - now });
         continue;
       }
-      if (key.bannedUntil !== undefined && key.bannedUntil > now) {
+      const liftedAt = this.lifts.get(key.id);
+      const justLifted = liftedAt !== undefined && now - liftedAt < LIFT_GRACE_MS;
+      if (!justLifted && key.bannedUntil !== undefined && key.bannedUntil > now) {
         ban(key.id, Math.min(key.bannedUntil, now + policy.durationMs));
         continue;
       }
       const entry = this.entry(key.id, policy.windowMs, now);
-      if (key.hits > 0 && entry.hits.hit(now, policy.windowMs, key.hits) > policy.threshold) {
+      if (!justLifted && key.hits > 0 && entry.hits.hit(now, policy.windowMs, key.hits) > policy.threshold) {
         ban(key.id, now + policy.durationMs);
         continue;
       }
@@ -107,8 +117,14 @@ export class GuardLedger {
   }
 
   /** Forgets what a client did (after an operator lifts its ban). */
-  forget(id: string): void {
+  forget(id: string, now = Date.now()): void {
     this.entries.delete(id);
+    for (const [key, at] of this.lifts) {
+      if (now - at >= LIFT_GRACE_MS) {
+        this.lifts.delete(key);
+      }
+    }
+    this.lifts.set(id, now);
   }
 
   get size(): number {

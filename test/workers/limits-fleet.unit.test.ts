@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { GuardLedger } from '../../durable-objects/edge-guard/ledger';
+import { GuardLedger, LIFT_GRACE_MS } from '../../durable-objects/edge-guard/ledger';
 import { ClientLimiter, LOCAL_BAN_TRUST_MS } from '../../workers/edge/client-limiter';
 import { REPORT_INTERVAL_MS } from '../../workers/edge/guard-reports';
 import type { AdmitKey, BanPolicy, GuardReply, GuardReport } from '../../workers/kernel/contract';
@@ -167,5 +167,40 @@ describe('bans across isolates', () => {
     round(b, ledger, bans, later + 10);
     expect(b.knownBan([key.id], later + 11)).toBeUndefined();
     expect(b.admit([key], policy, later + 12).verdict.ok).toBe(true);
+  });
+
+  it('does not ban a client again on a report that was on its way when an operator lifted the ban', () => {
+    const a = new ClientLimiter('a');
+    const ledger = new GuardLedger();
+    const bans = new Map<string, number>();
+    const now = 3_000_000;
+    for (let i = 0; i <= policy.threshold + 5; i++) {
+      a.admit([key], policy, now);
+    }
+    expect(a.knownBan([key.id], now + 1)).toBeDefined();
+    // The isolate's report leaves (it carries the ban and the hits)...
+    const keys = a.takeReport();
+    expect(keys?.some((k) => k.id === key.id)).toBe(true);
+    const report: GuardReport = { isolate: a.isolate, policy, keys: keys ?? [] };
+    // ...the operator lifts the ban at the shard and in this isolate before it arrives...
+    bans.delete(key.id);
+    ledger.forget(key.id, now + 5);
+    a.forget(key.id, now + 5);
+    // ...and neither the shard nor the isolate takes the old report's ban back.
+    const { reply, newBans } = ledger.account(report, bans, now + 50);
+    expect(newBans).toEqual([]);
+    a.applyReply(reply, now + 100, now + 1);
+    expect(a.knownBan([key.id], now + 101)).toBeUndefined();
+    // A reply to a report sent before the lift, from a shard that had not heard of it, is stale too.
+    a.applyReply({ bans: [{ id: key.id, retryAfterMs: 600_000 }], lifted: [], shares: [] }, now + 120, now + 2);
+    expect(a.knownBan([key.id], now + 121)).toBeUndefined();
+    // Once the reports on their way are in, hammering bans it again.
+    const after = now + LIFT_GRACE_MS + 1_000;
+    for (let i = 0; i <= policy.threshold + 5; i++) {
+      a.admit([key], policy, after + i);
+    }
+    round(a, ledger, bans, after + 200);
+    expect(bans.has(key.id)).toBe(true);
+    expect(a.knownBan([key.id], after + 201)).toBeDefined();
   });
 });

@@ -28,6 +28,8 @@ export class ClientLimiter {
   private readonly bans = new Map<string, LocalBan>();
   private readonly shares = new Map<string, Share>();
   private pending = new Map<string, KeyReport>();
+  /** When an operator's lift reached this isolate, per client: answers to reports sent before it are stale. */
+  private readonly lifts = new Map<string, number>();
 
   private id: string | undefined;
 
@@ -124,6 +126,11 @@ export class ClientLimiter {
   applyReply(reply: GuardReply, now: number, sentAt = now): void {
     const measuredAt = sentAt + Math.max(0, now - sentAt) / 2;
     for (const ban of reply.bans) {
+      const liftedAt = this.lifts.get(ban.id);
+      if (liftedAt !== undefined && liftedAt >= sentAt) {
+        // The shard answered a report that left before the lift: its ban is the one lifted.
+        continue;
+      }
       this.rememberBan(ban.id, now + ban.retryAfterMs, now);
       this.book.forget(ban.id);
     }
@@ -163,7 +170,11 @@ export class ClientLimiter {
   }
 
   /** Forgets a client: its ban here, its windows and what was pending (after an operator lifted its ban). */
-  forget(id: string): void {
+  forget(id: string, now = Date.now()): void {
+    if (this.lifts.size >= MAX_BANS) {
+      this.lifts.clear();
+    }
+    this.lifts.set(id, now);
     this.bans.delete(id);
     this.book.forget(id);
     this.pending.delete(id);
