@@ -1,40 +1,16 @@
 import { z } from 'zod';
-import { fromBase64Url, hmacB64, randomId, safeEqual, toBase64Url } from '../kernel/crypto';
+import { hmacB64, randomId, safeEqual } from '../kernel/crypto';
+import { openBlob, peekBlob, sealBlob } from '../kernel/sealed';
 
 // Stateless signed blobs: `base64url(json).base64url(hmac)`. Signatures are domain-separated
 // by a purpose prefix so a challenge can never be replayed as a purchase token. Single use
 // is enforced where they are spent (the guard object for challenges, the goods' object for
 // purchase tokens), not here.
 
-const decoder = new TextDecoder();
-const encoder = new TextEncoder();
-
-async function seal(secret: string, purpose: string, payload: object): Promise<string> {
-  const body = toBase64Url(encoder.encode(JSON.stringify(payload)));
-  return `${body}.${await hmacB64(secret, `${purpose}|${body}`)}`;
-}
-
-async function open<T>(secret: string, purpose: string, blob: string, schema: z.ZodType<T>): Promise<T | undefined> {
-  const dot = blob.indexOf('.');
-  if (dot <= 0 || blob.length > 1024) {
-    return undefined;
-  }
-  const body = blob.slice(0, dot);
-  const sig = blob.slice(dot + 1);
-  if (!safeEqual(sig, await hmacB64(secret, `${purpose}|${body}`))) {
-    return undefined;
-  }
-  const bytes = fromBase64Url(body);
-  if (!bytes) {
-    return undefined;
-  }
-  try {
-    const parsed = schema.safeParse(JSON.parse(decoder.decode(bytes)));
-    return parsed.success ? parsed.data : undefined;
-  } catch {
-    return undefined;
-  }
-}
+const seal = sealBlob;
+/** Longest blob read (a challenge with its proof-of-work fields is the largest). */
+const MAX_BLOB = 1024;
+const open = <T>(secret: string, purpose: string, blob: string, schema: z.ZodType<T>) => openBlob(secret, purpose, blob, schema, MAX_BLOB);
 
 const PurchaseTokenPayload = z.object({ u: z.string(), g: z.number(), e: z.number(), j: z.string() });
 export type PurchaseToken = { userId: string; goodsId: number; expiresAt: number; tokenId: string };
@@ -57,17 +33,7 @@ export function purchasePath(secret: string, userId: string, goodsId: number, ex
  * that send a request on to verifyPurchase, never for letting one through.
  */
 export function claimedPurchaseExpiry(token: string): number | undefined {
-  const dot = token.indexOf('.');
-  const bytes = dot > 0 && token.length <= 1024 ? fromBase64Url(token.slice(0, dot)) : undefined;
-  if (!bytes) {
-    return undefined;
-  }
-  try {
-    const parsed = PurchaseTokenPayload.safeParse(JSON.parse(decoder.decode(bytes)));
-    return parsed.success ? parsed.data.e : undefined;
-  } catch {
-    return undefined;
-  }
+  return peekBlob(token, PurchaseTokenPayload, MAX_BLOB)?.e;
 }
 
 /** Verifies a purchase token and its path for a user and goods; undefined when anything is off. */

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { fromBase64Url, hmacB64, safeEqual, toBase64Url } from './crypto';
+import { openBlob, sealBlob } from './sealed';
 
 // The waiting room's two signed blobs, `base64url(json).base64url(hmac)` under the token secret,
 // domain-separated from the purchase tokens and challenges (workers/edge/signed.ts):
@@ -7,34 +7,8 @@ import { fromBase64Url, hmacB64, safeEqual, toBase64Url } from './crypto';
 //    channel and the status route, so the edge reaches the right shard without a lookup;
 //  - the admission pass says "admitted until e": the token route checks it with no object call.
 
-const encoder = new TextEncoder();
-const decoder = new TextDecoder();
-
-async function seal(secret: string, purpose: string, payload: object): Promise<string> {
-  const body = toBase64Url(encoder.encode(JSON.stringify(payload)));
-  return `${body}.${await hmacB64(secret, `${purpose}|${body}`)}`;
-}
-
-async function open<T>(secret: string, purpose: string, blob: string, schema: z.ZodType<T>): Promise<T | undefined> {
-  const dot = blob.indexOf('.');
-  if (dot <= 0 || blob.length > 512) {
-    return undefined;
-  }
-  const body = blob.slice(0, dot);
-  if (!safeEqual(blob.slice(dot + 1), await hmacB64(secret, `${purpose}|${body}`))) {
-    return undefined;
-  }
-  const bytes = fromBase64Url(body);
-  if (!bytes) {
-    return undefined;
-  }
-  try {
-    const parsed = schema.safeParse(JSON.parse(decoder.decode(bytes)));
-    return parsed.success ? parsed.data : undefined;
-  } catch {
-    return undefined;
-  }
-}
+const seal = sealBlob;
+const open = <T>(secret: string, purpose: string, blob: string, schema: z.ZodType<T>) => openBlob(secret, purpose, blob, schema, 512);
 
 const TicketPayload = z.object({ g: z.number(), u: z.string(), i: z.string() });
 export type RoomTicket = { goodsId: number; userId: string; ticketId: string };
