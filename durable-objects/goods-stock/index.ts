@@ -19,9 +19,10 @@ import { changeAllowlist } from './allowlist';
 import { countDecisions } from './decision-counts';
 import { KeyedAccepts } from './keyed-accepts';
 import { type GiveBack, type Grant, Leases } from './leases';
-import { refusalsInGoodsUnits, reserveOne, restoreUnsettled, returnRefused } from './ledger';
+import { refusalsInGoodsUnits, reserveBatch, restoreUnsettled, returnRefused } from './ledger';
 import { mirrorExpectation, mirrorFullState, mirrorGoods, noteAccepted } from './mirror-view';
 import { Outbox } from './outbox';
+import { ReserveStore } from './reserve-store';
 import { quantityOf } from './rules';
 import { goodsFromPostgres, resultView, saleIsOn, stockSnapshot } from './sale';
 import { OUTBOX_KEEPS_UNSETTLED } from './schema';
@@ -45,6 +46,7 @@ const REJECTION_TTL_MS = 24 * 3600_000;
  */
 export class GoodsStock extends DurableObject<Env> {
   private readonly store: StockStorage;
+  private readonly reservations: ReserveStore;
   /** The sale row's in-memory copy (undefined until the goods is initialised). */
   private sale: Sale | undefined;
   private readonly outbox: Outbox;
@@ -62,6 +64,7 @@ export class GoodsStock extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.store = new StockStorage(ctx.storage.sql);
+    this.reservations = new ReserveStore(ctx.storage.sql);
     const goodsId = () => this.sale?.goodsId;
     const retryAt = (at: number) => this.ensureAlarm(at);
     // The queue binding is read at send time from this.env.
@@ -192,13 +195,8 @@ export class GoodsStock extends DurableObject<Env> {
     let outcomes: ReserveOutcome[];
     try {
       outcomes = this.ctx.storage.transactionSync(() => {
-        const answers = items.map((item) => {
-          const outcome = reserveOne(this.store, sale, item, now);
-          if (outcome.ok && !outcome.replay) {
-            accepted++;
-          }
-          return outcome;
-        });
+        const answers = reserveBatch(this.reservations, sale, items, now);
+        accepted = answers.filter((o) => o.ok && !o.replay).length;
         if (accepted > 0) {
           this.store.saveStock(sale);
         }

@@ -1,42 +1,82 @@
 import type { FailReason, OrderMessage, ReserveItem, ReserveOutcome } from '../../workers/kernel/contract';
 import { SHARD_SEQ_SPAN } from '../../workers/kernel/shards';
-import { decide, orderNumber, quantityOf } from './rules';
+import type { BatchWrites, ReserveStore } from './reserve-store';
+import { decide, orderNumber, quantityOf, type ReservationView } from './rules';
 import type { Sale, StockStorage } from './storage';
 
 // Applying the rules' decisions to storage, inside the caller's synchronous transaction. The
 // in-memory sale moves with the rows; the caller writes its counters once per batch.
 
-/** One reservation: decide, then apply the decision. */
-export function reserveOne(store: StockStorage, sale: Sale, item: ReserveItem, now: number): ReserveOutcome {
-  const decision = decide(
-    {
-      sale,
-      prior: (id) => store.prior(id),
-      tokenUsed: (t) => store.tokenUsed(t),
-      userUnits: (u) => store.userUnits(u),
-      allowed: (u) => store.allowed(u),
-    },
-    item,
-    now,
-  );
-  if (decision.kind === 'replay') {
-    return decision.orderId
-      ? { ok: true, requestId: item.requestId, orderId: decision.orderId, replay: true }
-      : { ok: false, requestId: item.requestId, reason: decision.reason ?? 'BUSY', replay: true };
-  }
-  if (decision.kind === 'reject') {
-    if (decision.spendToken) {
-      store.spendToken(item);
+/**
+ * A batch of reservations, decided in arrival order as if one at a time: each decision sees
+ * what the ones before it in the batch wrote (a spent token, a shopper's units, a keyed answer),
+ * but the rows are read once up front and written once at the end (reserve-store.ts). Runs
+ * inside the caller's transaction; the in-memory sale moves with the decisions.
+ */
+export function reserveBatch(store: ReserveStore, sale: Sale, items: ReserveItem[], now: number): ReserveOutcome[] {
+  const read = store.read(items, sale.eligibility === 'allowlist');
+  const writes: BatchWrites = { spentTokens: [], reservations: [], holders: [], outbox: [] };
+  const view: ReservationView = {
+    sale,
+    prior: (id) => read.priors.get(id),
+    tokenUsed: (t) => read.usedTokens.has(t),
+    userUnits: (u) => read.units.get(u) ?? 0,
+    allowed: (u) => read.allowed.has(u),
+  };
+  const spend = (item: ReserveItem) => {
+    if (!read.usedTokens.has(item.tokenId)) {
+      read.usedTokens.add(item.tokenId);
+      writes.spentTokens.push(item);
     }
-    // An invalid token proves nothing about the shopper and costs no write: a retry with the same
-    // key and token is refused the same way, and a flood of forged tokens cannot fill storage.
-    if (item.keyed && decision.reason !== 'TOKEN_INVALID') {
-      store.rememberRejection(item, decision.reason, now);
+  };
+  const outcomes = items.map((item): ReserveOutcome => {
+    const decision = decide(view, item, now);
+    if (decision.kind === 'replay') {
+      return decision.orderId
+        ? { ok: true, requestId: item.requestId, orderId: decision.orderId, replay: true }
+        : { ok: false, requestId: item.requestId, reason: decision.reason ?? 'BUSY', replay: true };
     }
-    const left = decision.remaining === undefined ? {} : { remaining: decision.remaining };
-    return { ok: false, requestId: item.requestId, reason: decision.reason, replay: false, ...left };
-  }
-  return { ok: true, requestId: item.requestId, orderId: accept(store, sale, item, now), replay: false };
+    if (decision.kind === 'reject') {
+      if (decision.spendToken) {
+        spend(item);
+      }
+      // An invalid token proves nothing about the shopper and costs no write: a retry with the same
+      // key and token is refused the same way, and a flood of forged tokens cannot fill storage.
+      if (item.keyed && decision.reason !== 'TOKEN_INVALID') {
+        writes.reservations.push({
+          requestId: item.requestId,
+          userId: item.userId,
+          orderId: null,
+          reason: decision.reason,
+          keyed: true,
+          quantity: 1,
+        });
+        read.priors.set(item.requestId, { orderId: null, reason: decision.reason, released: true });
+      }
+      const left = decision.remaining === undefined ? {} : { remaining: decision.remaining };
+      return { ok: false, requestId: item.requestId, reason: decision.reason, replay: false, ...left };
+    }
+    spend(item);
+    const message = accept(sale, item, now);
+    const quantity = message.quantity ?? 1;
+    writes.reservations.push({
+      requestId: item.requestId,
+      userId: item.userId,
+      orderId: message.orderId,
+      reason: null,
+      keyed: item.keyed,
+      quantity,
+    });
+    writes.holders.push({ userId: item.userId, requestId: item.requestId, units: quantity });
+    writes.outbox.push(message);
+    read.units.set(item.userId, (read.units.get(item.userId) ?? 0) + quantity);
+    if (item.keyed) {
+      read.priors.set(item.requestId, { orderId: message.orderId, reason: null, released: false });
+    }
+    return { ok: true, requestId: item.requestId, orderId: message.orderId, replay: false };
+  });
+  store.write(writes, now);
+  return outcomes;
 }
 
 /**
@@ -63,13 +103,12 @@ export async function refusalsInGoodsUnits(
   });
 }
 
-function accept(store: StockStorage, sale: Sale, item: ReserveItem, now: number): string {
+/** Takes an accepted reservation's units from the sale; its order message. */
+function accept(sale: Sale, item: ReserveItem, now: number): OrderMessage {
   const seq = sale.nextSeq++;
   const quantity = quantityOf(item);
   sale.remaining -= quantity;
-  const message = orderMessage(sale, { ...item, quantity }, seq, now);
-  store.recordAccepted(item, message, now);
-  return message.orderId;
+  return orderMessage(sale, { ...item, quantity }, seq, now);
 }
 
 /** The order message of the reservation with sequence `seq`, accepted at `at`; the same whenever it is built. */

@@ -1,9 +1,9 @@
-import type { FailReason, GoodsInit, OrderMessage, ReserveItem } from '../../workers/kernel/contract';
+import type { FailReason, GoodsInit, OrderMessage } from '../../workers/kernel/contract';
 import { migrateSchema } from '../../workers/kernel/schema-gate';
 import { firstSeqOf } from '../../workers/kernel/shards';
 import type { ResultValue } from '../../workers/mirror/keys';
 import type { MirrorResult } from '../../workers/mirror/plan';
-import type { PriorAnswer, SaleState } from './rules';
+import type { SaleState } from './rules';
 import { MIGRATIONS } from './schema';
 
 // Every table of the goods' object and every statement on them, behind the one version gate
@@ -160,32 +160,7 @@ export class StockStorage {
     this.sql.exec('UPDATE sale SET paused = ? WHERE id = 1', paused ? 1 : 0);
   }
 
-  // Reservations, holders and spent tokens: what the rules read.
-
-  prior(requestId: string): PriorAnswer | undefined {
-    const r = this.sql
-      .exec<Pick<ReservationRow, 'order_id' | 'status' | 'reason' | 'released'>>(
-        'SELECT order_id, status, reason, released FROM reservation WHERE request_id = ?',
-        requestId,
-      )
-      .toArray()[0];
-    if (!r) {
-      return undefined;
-    }
-    return {
-      orderId: r.status === 'FAIL' ? null : r.order_id,
-      reason: (r.reason as FailReason | null) ?? null,
-      released: r.released === 1,
-    };
-  }
-
-  tokenUsed(tokenId: string): boolean {
-    return this.sql.exec('SELECT 1 FROM used_token WHERE token_id = ?', tokenId).toArray().length > 0;
-  }
-
-  allowed(userId: string): boolean {
-    return this.sql.exec('SELECT 1 FROM allowlist WHERE user_id = ?', userId).toArray().length > 0;
-  }
+  // Reservations and holders.
 
   /** The units a shopper holds now (0 when none). */
   userUnits(userId: string): number {
@@ -201,50 +176,7 @@ export class StockStorage {
       .toArray()[0];
   }
 
-  // Reservations: what the decisions write.
-
-  spendToken(item: Pick<ReserveItem, 'tokenId' | 'tokenExpiresAt'>): void {
-    this.sql.exec('INSERT OR IGNORE INTO used_token (token_id, expires_at) VALUES (?, ?)', item.tokenId, item.tokenExpiresAt);
-  }
-
-  /** Remembers a keyed request's rejection, so its retry gets the same answer. */
-  rememberRejection(item: ReserveItem, reason: FailReason, now: number): void {
-    this.sql.exec(
-      "INSERT INTO reservation (request_id, user_id, status, reason, released, created_at, keyed) VALUES (?, ?, 'FAIL', ?, 1, ?, 1)",
-      item.requestId,
-      item.userId,
-      reason,
-      now,
-    );
-  }
-
-  /** An accepted reservation: its row, its holder and its outbox message, in the caller's transaction. */
-  recordAccepted(item: ReserveItem, message: OrderMessage, now: number): void {
-    this.spendToken(item);
-    this.sql.exec(
-      "INSERT INTO reservation (request_id, user_id, order_id, status, created_at, keyed, quantity) VALUES (?, ?, ?, 'QUEUED', ?, ?, ?)",
-      item.requestId,
-      item.userId,
-      message.orderId,
-      now,
-      item.keyed ? 1 : 0,
-      message.quantity ?? 1,
-    );
-    // One row per shopper; a second purchase adds its units (an update: the tally counts shoppers).
-    this.sql.exec(
-      'INSERT INTO holder (user_id, request_id, units) VALUES (?, ?, ?) ON CONFLICT (user_id) DO UPDATE SET units = units + excluded.units, request_id = excluded.request_id',
-      item.userId,
-      item.requestId,
-      message.quantity ?? 1,
-    );
-    this.sql.exec(
-      'INSERT INTO outbox (request_id, body, next_at, created_at) VALUES (?, ?, ?, ?)',
-      item.requestId,
-      JSON.stringify(message),
-      now,
-      now,
-    );
-  }
+  // Reservations: what settlements and releases change (a batch's own reads and writes are reserve-store.ts).
 
   /** Marks a queued reservation's order confirmed (its outbox row goes); the users it held for (none when it was not queued). */
   confirm(requestId: string, now: number): string[] {
