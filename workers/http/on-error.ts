@@ -18,7 +18,7 @@ const STATUS_CODE: Record<number, ErrorCode> = {
 
 /** The one error answer: `{error: {code, message, requestId}}` with the request's trace id; internals are logged, not shown. */
 export function onError(err: Error, c: Context<AppEnv>): Response {
-  const traceId = c.var.traceId ?? '';
+  const traceId = c.get('traceId') ?? '';
   if (err instanceof AppError) {
     for (const [k, v] of Object.entries(err.headers)) {
       c.header(k, v);
@@ -39,5 +39,5 @@ export function onError(err: Error, c: Context<AppEnv>): Response {
 
 /** No route for the method and path: the contract's 404. */
 export function notFound(c: Context<AppEnv>): Response {
-  return c.json(errorBody('NOT_FOUND', `no route for ${c.req.method} ${c.req.path}`, c.var.traceId ?? ''), 404);
+  return c.json(errorBody('NOT_FOUND', `no route for ${c.req.method} ${c.req.path}`, c.get('traceId') ?? ''), 404);
 }

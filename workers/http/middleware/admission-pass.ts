@@ -11,7 +11,9 @@ export const PASS_HEADER = 'x-admission-pass';
  * shopper and the goods (after shopperAuth and loadGoods).
  */
 export const requireAdmission = createMiddleware<AppEnv>(async function requireAdmission(c, next) {
-  const { config, goods, userId } = c.var;
+  const config = c.get('config'),
+    goods = c.get('goods'),
+    userId = c.get('userId');
   const now = Date.now();
   if (await lineIsOn(c.env, goods, now, waitUntilOf(c))) {
     await requirePass(config, c.req.header(PASS_HEADER), userId, goods.id, now);

@@ -18,7 +18,7 @@ export async function goodsOf(c: Context<AppEnv>): Promise<GoodsRow> {
   if (loaded) {
     return loaded;
   }
-  const row = await getGoods(c.var.config, c.var.goodsId);
+  const row = await getGoods(c.get('config'), c.get('goodsId'));
   c.set('goods', row);
   return row;
 }

@@ -54,7 +54,7 @@ export const requestMetrics = createMiddleware<AppEnv>(async function requestMet
   observe('seckill_http_request_duration_ms', { route }, ms);
   const status = c.res.status;
   const purchaseId = c.get('purchaseId');
-  const fields = { requestId: c.var.traceId, ...(purchaseId ? { purchaseId } : {}), method: c.req.method, route, status, outcome, ms };
+  const fields = { requestId: c.get('traceId'), ...(purchaseId ? { purchaseId } : {}), method: c.req.method, route, status, outcome, ms };
   if (status >= 500) {
     log.error('http.request', fields);
   } else if (ms >= SLOW_REQUEST_MS) {

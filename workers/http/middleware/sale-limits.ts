@@ -10,8 +10,8 @@ import { type AppEnv, waitUntilOf } from '../context';
  */
 export function saleLimits(action: ClientAction) {
   return createMiddleware<AppEnv>(async function saleLimits(c, next) {
-    const { limits } = c.var;
-    await admitClient(c.env, clientKeys(c.var.clientIp, c.var.userId, action, limits), limits, waitUntilOf(c));
+    const limits = c.get('limits');
+    await admitClient(c.env, clientKeys(c.get('clientIp'), c.get('userId'), action, limits), limits, waitUntilOf(c));
     await next();
   });
 }

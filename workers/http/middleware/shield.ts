@@ -4,6 +4,6 @@ import type { AppEnv } from '../context';
 
 /** The coarse Rate Limiting shield per client address (429), while the runtime per-IP limit is below its rate. Needs clientAddress and loadLimits. */
 export const ipShield = createMiddleware<AppEnv>(async function ipShield(c, next) {
-  await shield(c.env, c.var.clientIp, c.var.limits);
+  await shield(c.env, c.get('clientIp'), c.get('limits'));
   await next();
 });

@@ -16,7 +16,7 @@ export const shopperAuth = createMiddleware<AppEnv>(async function shopperAuth(c
   }
   let sub: unknown;
   try {
-    sub = (await verifyShopperToken(token, c.var.config.shopperAuth, Date.now(), waitUntilOf(c))).sub;
+    sub = (await verifyShopperToken(token, c.get('config').shopperAuth, Date.now(), waitUntilOf(c))).sub;
   } catch (error) {
     if (error instanceof AppError) {
       throw error;

@@ -37,13 +37,13 @@ export const adminDeadLetters = new Hono<AppEnv>()
   .use(adminAuth)
 
   .get('/', valid('query', DeadLetterQuery), async (c) => {
-    const rows = await withDbFor(c.var.config, (d) => listDeadLetters(d, c.req.valid('query')));
+    const rows = await withDbFor(c.get('config'), (d) => listDeadLetters(d, c.req.valid('query')));
     return c.json(rows.map(view));
   })
 
   .post('/redrive', valid('json', RedriveGoodsBody), async (c) => {
     const { goodsId } = c.req.valid('json');
-    const results = await withDbFor(c.var.config, async (d) => {
+    const results = await withDbFor(c.get('config'), async (d) => {
       const open = await listDeadLetters(d, { goodsId, state: 'open', limit: REDRIVE_ALL_LIMIT });
       const out: RedriveResult[] = [];
       for (const row of open) {
@@ -60,7 +60,7 @@ export const adminDeadLetters = new Hono<AppEnv>()
 
   .post('/:id/redrive', valid('param', DeadLetterParam), async (c) => {
     const { id } = c.req.valid('param');
-    const result = await withDbFor(c.var.config, (d) => redriveDeadLetter(c.env, d, id));
+    const result = await withDbFor(c.get('config'), (d) => redriveDeadLetter(c.env, d, id));
     if (!result.ok) {
       const refusal = REFUSAL[result.reason];
       throw new AppError(refusal.code, refusal.message);

@@ -25,8 +25,8 @@ export const admin = new Hono<AppEnv>()
 
   .post('/goods', valid('json', CreateGoodsBody), async (c) => {
     const body = c.req.valid('json');
-    const row = await withDbFor(c.var.config, (d) => insertGoods(d, body));
-    await invalidateGoods(c.var.config);
+    const row = await withDbFor(c.get('config'), (d) => insertGoods(d, body));
+    await invalidateGoods(c.get('config'));
     // Pre-warm at once: the objects exist (and the shards hold their leases) before the first shopper arrives.
     const snapshot = await initShards(c.env, row, toGoodsInit(row));
     await commitSeed(c.env, row);
@@ -37,7 +37,7 @@ export const admin = new Hono<AppEnv>()
     const { goodsId } = c.req.valid('param');
     const body = c.req.valid('json');
     const { shards, ...settings } = body;
-    const row = await withDbFor(c.var.config, async (d) => {
+    const row = await withDbFor(c.get('config'), async (d) => {
       // The shard count first: a refused change (the sale started) changes nothing else either.
       const resharded = shards === undefined ? undefined : await setGoodsShards(d, goodsId, shards, Date.now());
       if (resharded === 'SALE_STARTED') {
@@ -48,7 +48,7 @@ export const admin = new Hono<AppEnv>()
     if (!row) {
       throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
     }
-    await invalidateGoods(c.var.config);
+    await invalidateGoods(c.get('config'));
     await Promise.all([commitSeed(c.env, row), pushRoomSettings(c.env, row)]);
     // A new shard count or new sale rules take effect in every shard at once (a shard not made
     // yet is made with them).
@@ -65,18 +65,18 @@ export const admin = new Hono<AppEnv>()
     const { goodsId } = c.req.valid('param');
     const add = c.req.valid('json').add ?? [];
     const remove = c.req.valid('json').remove ?? [];
-    const row = await withDbFor(c.var.config, (d) => findGoods(d, goodsId), 1);
+    const row = await withDbFor(c.get('config'), (d) => findGoods(d, goodsId), 1);
     if (!row) {
       throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
     }
-    const count = await changeAllowlist(httpDb(dbOptions(c.var.config)), goodsId, add, remove);
+    const count = await changeAllowlist(httpDb(dbOptions(c.get('config'))), goodsId, add, remove);
     await allowlistShards(c.env, row, add, remove);
     return c.json({ count });
   })
 
   .post('/goods/:goodsId/prewarm', valid('param', GoodsParam), async (c) => {
     const { goodsId } = c.req.valid('param');
-    const row = await withDbFor(c.var.config, (d) => findGoods(d, goodsId));
+    const row = await withDbFor(c.get('config'), (d) => findGoods(d, goodsId));
     if (!row) {
       throw new AppError('NOT_FOUND', `goods ${goodsId} does not exist`);
     }
@@ -85,19 +85,19 @@ export const admin = new Hono<AppEnv>()
   })
 
   .post('/goods/:goodsId/pause', valid('param', GoodsParam), (c) =>
-    setPaused(c.env, c.var.config, c.req.valid('param').goodsId, true).then((s) => c.json(s)),
+    setPaused(c.env, c.get('config'), c.req.valid('param').goodsId, true).then((s) => c.json(s)),
   )
   .post('/goods/:goodsId/resume', valid('param', GoodsParam), (c) =>
-    setPaused(c.env, c.var.config, c.req.valid('param').goodsId, false).then((s) => c.json(s)),
+    setPaused(c.env, c.get('config'), c.req.valid('param').goodsId, false).then((s) => c.json(s)),
   )
 
   .get('/goods/:goodsId/stats', valid('param', GoodsParam), async (c) => {
-    const stats = await goodsStats(c.env, c.var.config, c.req.valid('param').goodsId);
+    const stats = await goodsStats(c.env, c.get('config'), c.req.valid('param').goodsId);
     if (!stats) {
       throw new AppError('NOT_FOUND', 'no such goods');
     }
     // The queue's settings beside its figures, so the dashboard's mode switch keeps the rest of them.
-    const queueSettings = await getGoods(c.var.config, stats.goodsId).then(queueOf, () => undefined);
+    const queueSettings = await getGoods(c.get('config'), stats.goodsId).then(queueOf, () => undefined);
     return c.json({ ...stats, ...(queueSettings ? { queueSettings } : {}) });
   });
 

@@ -14,7 +14,7 @@ import { valid } from '../middleware/validate';
 export const adminOps = new Hono<AppEnv>()
   .post('/reconcile', valid('query', ReconcileQuery), async (c) => {
     const { goodsId } = c.req.valid('query');
-    const report = await withDb(dbOptions(c.var.config, 2), (db) =>
+    const report = await withDb(dbOptions(c.get('config'), 2), (db) =>
       reconcile(c.env, db, Date.now(), { trigger: 'admin', ...(goodsId !== undefined ? { goodsId } : {}) }),
     );
     if (goodsId !== undefined && report.goods.length === 0) {
@@ -30,11 +30,11 @@ export const adminOps = new Hono<AppEnv>()
     const now = Date.now();
     const [totals, gauges] = await Promise.all([
       metricsTotals(c.env),
-      withDb(dbOptions(c.var.config, 1), (db) => collectGauges(c.env, c.var.config, db, now))
+      withDb(dbOptions(c.get('config'), 1), (db) => collectGauges(c.env, c.get('config'), db, now))
         .then((families) => [...families, gaugesUp(true)])
         .catch((error: unknown) => {
           // Counters still answer when Postgres does not; the gauge says the rest is missing.
-          log.warn('metrics.gauges_failed', { requestId: c.var.traceId, error });
+          log.warn('metrics.gauges_failed', { requestId: c.get('traceId'), error });
           return [gaugesUp(false)];
         }),
     ]);

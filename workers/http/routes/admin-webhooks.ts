@@ -55,36 +55,36 @@ export const adminWebhooks = new Hono<AppEnv>()
   .use(adminAuth)
 
   .get('/', async (c) => {
-    const db = httpDb(dbOptions(c.var.config));
+    const db = httpDb(dbOptions(c.get('config')));
     const [row, deliveries] = await Promise.all([getWebhookConfig(db), countDeliveries(db)]);
     return c.json(configView(row, deliveries));
   })
 
   .put('/', requireJson, valid('json', PutWebhooksBody), async (c) => {
     const body = c.req.valid('json');
-    const problem = webhookUrlProblem(body.url, c.var.config.environment === 'development');
+    const problem = webhookUrlProblem(body.url, c.get('config').environment === 'development');
     if (problem) {
       throw new AppError('INVALID_INPUT', `json url: ${problem}`);
     }
-    const db = httpDb(dbOptions(c.var.config));
+    const db = httpDb(dbOptions(c.get('config')));
     const row = await putWebhookConfig(db, body);
     return c.json(configView(row, await countDeliveries(db)));
   })
 
   .delete('/', async (c) => {
-    const db = httpDb(dbOptions(c.var.config));
+    const db = httpDb(dbOptions(c.get('config')));
     await deleteWebhookConfig(db);
     return c.json(configView(undefined, await countDeliveries(db)));
   })
 
   .get('/deliveries', valid('query', DeliveriesQuery), async (c) => {
-    const rows = await listDeliveries(httpDb(dbOptions(c.var.config)), c.req.valid('query'));
+    const rows = await listDeliveries(httpDb(dbOptions(c.get('config'))), c.req.valid('query'));
     return c.json({ deliveries: rows.map(deliveryView) });
   })
 
   .post('/deliveries/:id/redeliver', valid('param', DeliveryParam), async (c) => {
     const { id } = c.req.valid('param');
-    const result = await resetDelivery(httpDb(dbOptions(c.var.config)), id, Date.now());
+    const result = await resetDelivery(httpDb(dbOptions(c.get('config'))), id, Date.now());
     if (result.kind === 'missing') {
       throw new AppError('NOT_FOUND', `no delivery ${id}`);
     }

@@ -17,7 +17,10 @@ import { valid } from '../middleware/validate';
 /** A captcha for a goods, and its answer exchanged for a one-time purchase token and the hidden path. */
 export const challengeToken = new Hono<AppEnv>()
   .post('/goods/:goodsId/challenge', shopperAuth, saleLimits('challenge'), goodsInPath, loadGoods, async (c) => {
-    const { config, goods, limits, userId } = c.var;
+    const config = c.get('config'),
+      goods = c.get('goods'),
+      limits = c.get('limits'),
+      userId = c.get('userId');
     const now = Date.now();
     refuseIfEnded(goods, now);
     return c.json(await issueChallenge(config, limits.powDifficulty, userId, goods.id, now));
@@ -35,13 +38,16 @@ export const challengeToken = new Hono<AppEnv>()
     requireAdmission,
     async (c) => {
       const body = c.req.valid('json');
-      const { config, goods, limits, userId } = c.var;
+      const config = c.get('config'),
+        goods = c.get('goods'),
+        limits = c.get('limits'),
+        userId = c.get('userId');
       const now = Date.now();
       refuseIfEnded(goods, now);
       if (soldOutNow(goods.id, now)) {
         throw new AppError('SOLD_OUT');
       }
-      await passChallenge(c.env, config, limits.powDifficulty, body, { userId, goodsId: goods.id, ip: c.var.clientIp }, now);
+      await passChallenge(c.env, config, limits.powDifficulty, body, { userId, goodsId: goods.id, ip: c.get('clientIp') }, now);
       // 403 NOT_ELIGIBLE / 409 LIMIT_REACHED before a token is spent on a shopper who cannot buy.
       await requireEligible(config, goods, userId);
       const issued = await issuePurchaseToken(config.tokenSecret, userId, goods.id, PURCHASE_TOKEN_TTL_MS, now);

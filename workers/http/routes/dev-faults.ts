@@ -15,7 +15,7 @@ import { valid } from '../middleware/validate';
  */
 export const devFaultRoutes = new Hono<AppEnv>()
   .use(async function devFaultsOnly(c, next) {
-    if (!c.var.config.devMode) {
+    if (!c.get('config').devMode) {
       throw new AppError('NOT_FOUND', 'not found');
     }
     await next();
@@ -28,13 +28,13 @@ export const devFaultRoutes = new Hono<AppEnv>()
 
   .put('/object-calls', valid('json', ObjectCallsBody), (c) => {
     const body = c.req.valid('json');
-    log.warn('dev_fault.object_calls', { requestId: c.var.traceId, ...body });
+    log.warn('dev_fault.object_calls', { requestId: c.get('traceId'), ...body });
     return c.json(setObjectCalls(body));
   })
 
   .put('/', valid('json', DevFaultsBody), (c) => {
     const body = c.req.valid('json');
-    log.warn('dev_fault.set', { requestId: c.var.traceId, ...body });
+    log.warn('dev_fault.set', { requestId: c.get('traceId'), ...body });
     return c.json(setDevFaults(body));
   })
 
@@ -42,7 +42,7 @@ export const devFaultRoutes = new Hono<AppEnv>()
   // would: the next call to each meets a new instance that has only what was in storage.
   .post('/reset', valid('json', DevResetBody), async (c) => {
     const { goodsId } = c.req.valid('json');
-    const goods = await getGoods(c.var.config, goodsId);
+    const goods = await getGoods(c.get('config'), goodsId);
     let reset = true;
     // One shard at a time: the request is by goods, and the first shard to look takes it.
     for (const stub of allStockShards(c.env, goods)) {
@@ -56,6 +56,6 @@ export const devFaultRoutes = new Hono<AppEnv>()
         .finally(withdraw);
       reset &&= done;
     }
-    log.warn('dev_fault.object_reset', { requestId: c.var.traceId, goodsId, reset });
+    log.warn('dev_fault.object_reset', { requestId: c.get('traceId'), goodsId, reset });
     return c.json({ goodsId, reset });
   });

@@ -8,7 +8,7 @@ import { valid } from '../middleware/validate';
 /** Shopper JWTs for local runs and load tests; the route does not exist unless DEV_MODE=true. */
 export const dev = new Hono<AppEnv>()
   .use(async function devOnly(c, next) {
-    if (!c.var.config.devMode) {
+    if (!c.get('config').devMode) {
       throw new AppError('NOT_FOUND', 'not found');
     }
     await next();
@@ -16,6 +16,6 @@ export const dev = new Hono<AppEnv>()
   .post('/token', valid('json', DevTokenBody), async (c) => {
     const { userId } = c.req.valid('json');
     const now = Math.floor(Date.now() / 1000);
-    const token = await sign({ sub: userId, iat: now, exp: now + 24 * 3600 }, c.var.config.jwtSecret, 'HS256');
+    const token = await sign({ sub: userId, iat: now, exp: now + 24 * 3600 }, c.get('config').jwtSecret, 'HS256');
     return c.json({ token, userId, expiresAt: new Date((now + 24 * 3600) * 1000).toISOString() });
   });

@@ -6,7 +6,7 @@ import { goodsInPath, loadGoods } from '../middleware/goods';
 
 /** The pre-queue draw's commitment before the start, and the seed and the rule after it. */
 export const fairness = new Hono<AppEnv>().get('/goods/:goodsId/fairness', goodsInPath, loadGoods, async (c) => {
-  const { goods } = c.var;
+  const goods = c.get('goods');
   if (queueOf(goods).mode === 'off') {
     throw new AppError('NOT_FOUND', 'this goods has no waiting room');
   }

@@ -13,8 +13,8 @@ import { shopperAuth } from '../middleware/shopper-auth';
 export const goods = new Hono<AppEnv>()
   .get('/goods', async (c) => {
     const now = Date.now();
-    const rows = [...(await currentGoods(c.var.config, now)).values()].filter((r) => r.endAt.getTime() > now);
-    const stocks = await readRemaining(c.env, c.var.config, rows);
+    const rows = [...(await currentGoods(c.get('config'), now)).values()].filter((r) => r.endAt.getTime() > now);
+    const stocks = await readRemaining(c.env, c.get('config'), rows);
     for (const [i, r] of rows.entries()) {
       noteStock(r.id, stocks[i]);
     }
@@ -22,8 +22,8 @@ export const goods = new Hono<AppEnv>()
   })
 
   .get('/goods/:goodsId', goodsInPath, loadGoods, async (c) => {
-    const row = c.var.goods;
-    const [stock] = await readRemaining(c.env, c.var.config, [row]);
+    const row = c.get('goods');
+    const [stock] = await readRemaining(c.env, c.get('config'), [row]);
     noteStock(row.id, stock);
     return c.json(goodsView(row, stock?.snapshot, stock?.remaining, Date.now()));
   })
@@ -31,8 +31,9 @@ export const goods = new Hono<AppEnv>()
   // What the page tells a shopper before the sale: may they buy, how many, how many they hold
   // (live orders in Postgres; a purchase still on its way there is not counted yet).
   .get('/goods/:goodsId/eligibility', shopperAuth, goodsInPath, loadGoods, async (c) => {
-    const { goods, userId } = c.var;
-    const standing = await shopperStanding(httpDb(dbOptions(c.var.config)), goods, userId);
+    const goods = c.get('goods'),
+      userId = c.get('userId');
+    const standing = await shopperStanding(httpDb(dbOptions(c.get('config'))), goods, userId);
     const listed = goods.eligibility !== 'allowlist' || standing.listed;
     const elsewhere = goods.limitScope === 'activity' && standing.elsewhere;
     return c.json({ eligible: listed && !elsewhere, perUserLimit: goods.perUserLimit, held: standing.held });

@@ -19,7 +19,8 @@ export const live = new Hono<AppEnv>().get('/goods/:goodsId/live', goodsInPath, 
   if (c.req.header('upgrade')?.toLowerCase() !== 'websocket') {
     throw new AppError('INVALID_INPUT', 'GET .../live is a WebSocket: connect with Upgrade: websocket');
   }
-  const { config, goods } = c.var;
+  const config = c.get('config'),
+    goods = c.get('goods');
   const ticket = c.req.query('ticket');
   let userId: string;
   if (ticket) {

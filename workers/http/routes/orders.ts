@@ -56,8 +56,8 @@ export const orders = new Hono<AppEnv>()
   .use(clientAddress, loadLimits, ipShield, shopperAuth)
 
   .get('/:orderId', valid('param', OrderParam), saleLimits('order'), async (c) => {
-    const order = await findOrder(httpDb(dbOptions(c.var.config)), c.req.valid('param').orderId);
-    if (!order || order.userId !== c.var.userId) {
+    const order = await findOrder(httpDb(dbOptions(c.get('config'))), c.req.valid('param').orderId);
+    if (!order || order.userId !== c.get('userId')) {
       throw notFound();
     }
     return c.json(orderView(order));
@@ -65,7 +65,8 @@ export const orders = new Hono<AppEnv>()
 
   .post('/:orderId/pay', valid('param', OrderParam), valid('json', PayBody), saleLimits('pay'), async (c) => {
     const { orderId } = c.req.valid('param');
-    const { config, userId } = c.var;
+    const config = c.get('config'),
+      userId = c.get('userId');
     const provider = activeProvider({ config, waitUntil: (p) => c.executionCtx.waitUntil(p) });
     if (!provider) {
       throw new AppError('UNAVAILABLE', 'no payment provider is configured');
@@ -115,7 +116,8 @@ export const orders = new Hono<AppEnv>()
 
   .post('/:orderId/cancel', valid('param', OrderParam), saleLimits('cancel'), async (c) => {
     const { orderId } = c.req.valid('param');
-    const { config, userId } = c.var;
+    const config = c.get('config'),
+      userId = c.get('userId');
     const http = httpDb(dbOptions(config));
     const order = await findOrder(http, orderId);
     if (!order || order.userId !== userId) {

@@ -13,10 +13,10 @@ import { sandboxRoutes } from './sandbox';
 
 /** The payment provider's webhook (and, in local builds, the sandbox provider's pages). */
 export const payments = new Hono<AppEnv>().post('/callback', async (c) => {
-  const { config } = c.var;
+  const config = c.get('config');
   const raw = await c.req.text();
   if (!(await verifyWebhookSignature(config.paymentWebhookSecret, raw, c.req.header('x-signature')))) {
-    log.warn('payment.bad_signature', { requestId: c.var.traceId, bytes: raw.length });
+    log.warn('payment.bad_signature', { requestId: c.get('traceId'), bytes: raw.length });
     throw new AppError('INVALID_SIGNATURE');
   }
   const parsed = parseWebhookBody(raw);

@@ -65,7 +65,8 @@ const purchaseBody = validInto('json', PurchaseBody, (c, body) => {
 });
 
 const withinLimit = step(async function withinLimit(c, next) {
-  const { goods, quantity } = c.var;
+  const goods = c.get('goods'),
+    quantity = c.get('quantity');
   if (quantity > goods.perUserLimit) {
     throw new AppError('INVALID_INPUT', `json quantity: at most ${goods.perUserLimit} per shopper for this goods`);
   }
@@ -85,7 +86,7 @@ async function answerFromCopies(c: Context<AppEnv>, ids: string[], refuse: (good
     refuse(await goodsOf(c));
   } catch (error) {
     if (error instanceof AppError && EARLY_ANSWERS.has(error.code)) {
-      countEarlyAnswer(c.env, ids, c.var.limits, waitUntilOf(c));
+      countEarlyAnswer(c.env, ids, c.get('limits'), waitUntilOf(c));
     }
     throw error;
   }
@@ -95,7 +96,7 @@ const refuseFromCache = step(async function refuseFromCache(c, next) {
   // Checked on the raw header: a keyed retry may be owed the answer the object gave it before.
   if (c.req.header('idempotency-key') === undefined) {
     // Before sign-in only the address is known (a claimed shopper is not to be counted).
-    const ip = c.var.clientIp;
+    const ip = c.get('clientIp');
     await answerFromCopies(c, ip ? [ipKey(ip)] : [], (goods) => refuseFromCopies(goods, Date.now()));
   }
   await next();
@@ -106,29 +107,32 @@ const purchasePath = validInto('param', PurchasePathParam, (c, { path }) => c.se
 const idempotencyKey = validInto('header', IdempotencyHeader, (c, headers) => c.set('idempotencyKey', headers['idempotency-key']));
 
 const purchaseRequest = step(async function purchaseRequest(c, next) {
-  c.set('purchaseId', await purchaseIdOf(c.var.goodsId, c.var.userId, c.var.idempotencyKey));
+  c.set('purchaseId', await purchaseIdOf(c.get('goodsId'), c.get('userId'), c.get('idempotencyKey')));
   await next();
 });
 
 const refuseKeyed = step(async function refuseKeyed(c, next) {
-  if (c.var.idempotencyKey !== undefined) {
-    const keyed = { requestId: c.var.purchaseId, tokenExpiresAt: claimedPurchaseExpiry(c.var.purchaseToken) };
-    const ids = clientKeys(c.var.clientIp, c.var.userId, 'purchase', c.var.limits).map((k) => k.id);
+  if (c.get('idempotencyKey') !== undefined) {
+    const keyed = { requestId: c.get('purchaseId'), tokenExpiresAt: claimedPurchaseExpiry(c.get('purchaseToken')) };
+    const ids = clientKeys(c.get('clientIp'), c.get('userId'), 'purchase', c.get('limits')).map((k) => k.id);
     await answerFromCopies(c, ids, (goods) => refuseKeyedFromCopies(goods, keyed, Date.now()));
   }
   await next();
 });
 
 const verifyToken = step(async function verifyToken(c, next) {
-  const { config, goods, userId, idempotencyKey: key } = c.var;
+  const config = c.get('config'),
+    goods = c.get('goods'),
+    userId = c.get('userId'),
+    key = c.get('idempotencyKey');
   const keyed = key !== undefined;
-  const input = { token: c.var.purchaseToken, path: c.var.purchasePath, userId, goodsId: goods.id, keyed };
+  const input = { token: c.get('purchaseToken'), path: c.get('purchasePath'), userId, goodsId: goods.id, keyed };
   c.set('verified', await checkPurchaseToken(config.tokenSecret, input, Date.now()));
   await next();
 });
 
 const inFlightCap = step(async function inFlightCap(c, next) {
-  const leave = enterInFlight(c.var.goods.id, c.var.limits.inFlightPerGoods);
+  const leave = enterInFlight(c.get('goods').id, c.get('limits').inFlightPerGoods);
   try {
     await next();
   } finally {
@@ -137,30 +141,35 @@ const inFlightCap = step(async function inFlightCap(c, next) {
 });
 
 const admission = step(async function admission(c, next) {
-  const { goods, limits } = c.var;
+  const goods = c.get('goods'),
+    limits = c.get('limits');
   try {
     await acquirePermit(c.env, goods, admissionRate(limits, goods.id), waitUntilOf(c));
   } catch (error) {
-    throw busy(c.var.traceId, c.var.purchaseId, goods.id, error);
+    throw busy(c.get('traceId'), c.get('purchaseId'), goods.id, error);
   }
   await next();
 });
 
 const reserveUnit = step(async function reserveUnit(c) {
-  const { goods, userId, verified, purchaseId, idempotencyKey: key } = c.var;
+  const goods = c.get('goods'),
+    userId = c.get('userId'),
+    verified = c.get('verified'),
+    purchaseId = c.get('purchaseId'),
+    key = c.get('idempotencyKey');
   const item = {
     requestId: purchaseId,
     userId,
     tokenId: verified.tokenId,
     tokenExpiresAt: verified.expiresAt,
     keyed: key !== undefined,
-    ...(c.var.quantity !== 1 ? { quantity: c.var.quantity } : {}),
+    ...(c.get('quantity') !== 1 ? { quantity: c.get('quantity') } : {}),
   };
   let outcome: ReserveOutcome;
   try {
     outcome = await reserve(c.env, goods, item, waitUntilOf(c));
   } catch (error) {
-    throw busy(c.var.traceId, purchaseId, goods.id, error);
+    throw busy(c.get('traceId'), purchaseId, goods.id, error);
   }
   if (key !== undefined && replayedToRetries(outcome)) {
     // Its retries may be owed this answer: let them past the fast path while they can come.
@@ -170,7 +179,7 @@ const reserveUnit = step(async function reserveUnit(c) {
     // Fewer units left than asked for is not sold out: others may still buy what is left. A
     // replayed SOLD_OUT of a purchase of several units may have been such a refusal too, and so
     // may a stock shard's (its count of the goods' units misses those moving between shards).
-    const uncertain = c.var.quantity > 1 && (outcome.replay || goods.shards > 1);
+    const uncertain = c.get('quantity') > 1 && (outcome.replay || goods.shards > 1);
     const soldOut = outcome.reason === 'SOLD_OUT' && !outcome.remaining && !uncertain;
     if (soldOut) {
       markSoldOut(goods.id, Date.now(), acceptedKeyedOf(outcome));

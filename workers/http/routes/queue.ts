@@ -24,7 +24,9 @@ const TicketParam = z.object({
  */
 export const queue = new Hono<AppEnv>()
   .post('/goods/:goodsId/queue', shopperAuth, goodsInPath, loadGoods, async (c) => {
-    const { config, goods, userId } = c.var;
+    const config = c.get('config'),
+      goods = c.get('goods'),
+      userId = c.get('userId');
     refuseIfEnded(goods, Date.now());
     // The line admits only shoppers who may buy: 403 NOT_ELIGIBLE before a ticket is made.
     await requireEligible(config, goods, userId);
@@ -33,5 +35,5 @@ export const queue = new Hono<AppEnv>()
   })
 
   .get('/goods/:goodsId/queue/:ticket', goodsInPath, valid('param', TicketParam), loadGoods, async (c) => {
-    return c.json(await ticketStatus(c.env, c.var.config, c.var.goods, c.req.valid('param').ticket));
+    return c.json(await ticketStatus(c.env, c.get('config'), c.get('goods'), c.req.valid('param').ticket));
   });

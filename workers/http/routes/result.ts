@@ -20,10 +20,10 @@ const goodsOfRequest = validInto('param', RequestParam, (c, { requestId }) =>
 export const result = new Hono<AppEnv>().get('/result/:requestId', shopperAuth, goodsOfRequest, loadGoods, async (c) => {
   const requestId = c.req.param('requestId');
   const view =
-    (await mirroredResult(c.var.config, requestId)) ??
-    (await goodsStock(c.env, c.var.goods, stockShardOf(c.var.goods, c.var.userId)).result(requestId));
+    (await mirroredResult(c.get('config'), requestId)) ??
+    (await goodsStock(c.env, c.get('goods'), stockShardOf(c.get('goods'), c.get('userId'))).result(requestId));
   // Someone else's request is reported as unknown, so ids cannot be probed.
-  if (!view || view.userId !== c.var.userId) {
+  if (!view || view.userId !== c.get('userId')) {
     throw new AppError('NOT_FOUND', 'no such request');
   }
   return c.json({

@@ -24,7 +24,7 @@ const PaymentParam = z.object({ paymentId: PaymentId });
  */
 export const sandboxRoutes = new Hono<AppEnv>()
   .use(async function sandboxOnly(c, next) {
-    if (!c.var.config.sandboxPayments) {
+    if (!c.get('config').sandboxPayments) {
       throw new AppError('NOT_FOUND', 'not found');
     }
     await next();
@@ -39,18 +39,18 @@ export const sandboxRoutes = new Hono<AppEnv>()
     async (c) => {
       const { paymentId } = c.req.valid('param');
       const { outcome } = c.req.valid('json');
-      const db = httpDb(dbOptions(c.var.config));
+      const db = httpDb(dbOptions(c.get('config')));
       const payment = await findPayment(db, paymentId);
       const order = payment ? await findOrder(db, payment.orderId) : undefined;
       const found = payment && order ? { payment, order } : undefined;
-      if (!found || found.order.userId !== c.var.userId || found.payment.provider !== SANDBOX) {
+      if (!found || found.order.userId !== c.get('userId') || found.payment.provider !== SANDBOX) {
         throw new AppError('NOT_FOUND', 'no such payment');
       }
       if (found.payment.status !== 'PENDING') {
         throw new AppError('CONFLICT', `the payment is already ${found.payment.status}`);
       }
       const event = sandboxEvent({ paymentId, orderId: found.order.id, amountCents: found.payment.amountCents }, outcome);
-      const res = await deliverWebhook(c.var.config.paymentWebhookSecret, event);
+      const res = await deliverWebhook(c.get('config').paymentWebhookSecret, event);
       const answer: unknown = await res.json().catch(() => null);
       if (res.status >= 500) {
         throw new AppError('UNAVAILABLE', `the payment callback answered ${res.status}`);
