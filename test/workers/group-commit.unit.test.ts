@@ -127,4 +127,43 @@ describe('group commit', () => {
     await expect(one).resolves.toBe('one');
     await expect(kept[0]).resolves.toBeUndefined();
   });
+
+  it('has only the first in line look every pollMs; the others look less often, and every answer still arrives', async () => {
+    // Two lanes held out at once, one backing off and one looking every millisecond: the same
+    // timers, the same wait, so the ratio of their looks does not depend on the machine.
+    const backoff = manualSend();
+    const everyMs = manualSend();
+    const gcBackoff = new GroupCommit<number, string>({
+      send: backoff.send,
+      maxBatch: 50,
+      maxInFlight: 1,
+      waitLimitMs: 5_000,
+      maxPollMs: 8,
+    });
+    const gcEveryMs = new GroupCommit<number, string>({
+      send: everyMs.send,
+      maxBatch: 50,
+      maxInFlight: 1,
+      waitLimitMs: 5_000,
+      maxPollMs: 1,
+    });
+    const callsBackoff = Array.from({ length: 21 }, (_, i) => gcBackoff.run('a', i));
+    const callsEveryMs = Array.from({ length: 21 }, (_, i) => gcEveryMs.run('a', i));
+    await sent(backoff.batches, 1);
+    await sent(everyMs.batches, 1);
+    await new Promise((r) => setTimeout(r, 200));
+    // Twenty waiters for 200 ms: the first looks as often as the control's, the rest at most every 8 ms.
+    expect(gcEveryMs.looks).toBeGreaterThan(20 * 20);
+    expect(gcBackoff.looks).toBeLessThan(gcEveryMs.looks / 3);
+    // The first in line still leads as soon as the batch out comes back.
+    backoff.batches[0]?.answer(['r0']);
+    everyMs.batches[0]?.answer(['r0']);
+    await sent(backoff.batches, 2);
+    await sent(everyMs.batches, 2);
+    const rest = Array.from({ length: 20 }, (_, i) => `r${i + 1}`);
+    backoff.batches[1]?.answer(rest);
+    everyMs.batches[1]?.answer(rest);
+    expect(await Promise.all(callsBackoff)).toEqual(['r0', ...rest]);
+    expect(await Promise.all(callsEveryMs)).toEqual(['r0', ...rest]);
+  });
 });
