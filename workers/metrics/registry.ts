@@ -17,8 +17,25 @@ export function seriesKey(name: string, labels: Labels): string {
   return `${name}${JSON.stringify(Object.entries(labels).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))}`;
 }
 
+/**
+ * The key of a series in this isolate's maps, made on every request: plain concatenation, the
+ * keys sorted only when there are several. Never stored (the Metrics shards key their rows by
+ * seriesKey). A NUL cannot appear in a label: the catalog's values are ids, routes and codes.
+ */
+function isolateKey(name: string, labels: Labels): string {
+  const keys = Object.keys(labels);
+  if (keys.length > 1) {
+    keys.sort();
+  }
+  let key = name;
+  for (const k of keys) {
+    key += `\u0000${k}\u0000${labels[k]}`;
+  }
+  return key;
+}
+
 function addCounter(name: string, labels: Labels, value: number): void {
-  const key = seriesKey(name, labels);
+  const key = isolateKey(name, labels);
   const c = counters.get(key);
   if (c) {
     c.value += value;
@@ -28,7 +45,7 @@ function addCounter(name: string, labels: Labels, value: number): void {
 }
 
 function addHistogram(d: HistogramDelta): void {
-  const key = seriesKey(d.name, d.labels);
+  const key = isolateKey(d.name, d.labels);
   const h = histograms.get(key);
   if (h && h.counts.length === d.counts.length) {
     d.counts.forEach((n, i) => {
@@ -54,9 +71,21 @@ export function observe<N extends HistogramName>(name: N, labels: HistogramLabel
     return;
   }
   const bounds: readonly number[] = HISTOGRAMS[name].buckets;
+  let i = 0;
+  while (i < bounds.length && value > (bounds[i] ?? Number.POSITIVE_INFINITY)) {
+    i++;
+  }
+  const key = isolateKey(name, labels);
+  const h = histograms.get(key);
+  if (h && h.counts.length === bounds.length + 1) {
+    // The common case, once per request: no new series, nothing allocated.
+    h.counts[i] = (h.counts[i] ?? 0) + 1;
+    h.sum += value;
+    h.count += 1;
+    return;
+  }
   const counts = new Array<number>(bounds.length + 1).fill(0);
-  const i = bounds.findIndex((le) => value <= le);
-  counts[i === -1 ? bounds.length : i] = 1;
+  counts[i] = 1;
   addHistogram({ name, labels, counts, sum: value, count: 1 });
 }
 
