@@ -61,12 +61,22 @@ export function toHex(bytes: Uint8Array): string {
   return s;
 }
 
+const B64URL = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+
+/** base64url without padding; straight from the bytes (ids and signatures are made on every purchase). */
 export function toBase64Url(bytes: Uint8Array): string {
-  let bin = '';
-  for (const b of bytes) {
-    bin += String.fromCharCode(b);
+  let out = '';
+  let i = 0;
+  for (; i + 2 < bytes.length; i += 3) {
+    const n = ((bytes[i] ?? 0) << 16) | ((bytes[i + 1] ?? 0) << 8) | (bytes[i + 2] ?? 0);
+    out += B64URL.charAt(n >> 18) + B64URL.charAt((n >> 12) & 63) + B64URL.charAt((n >> 6) & 63) + B64URL.charAt(n & 63);
   }
-  return btoa(bin).replaceAll('+', '-').replaceAll('/', '_').replace(/=+$/, '');
+  const rest = bytes.length - i;
+  if (rest > 0) {
+    const n = ((bytes[i] ?? 0) << 16) | (rest === 2 ? (bytes[i + 1] ?? 0) << 8 : 0);
+    out += B64URL.charAt(n >> 18) + B64URL.charAt((n >> 12) & 63) + (rest === 2 ? B64URL.charAt((n >> 6) & 63) : '');
+  }
+  return out;
 }
 
 export function fromBase64Url(s: string): Uint8Array | undefined {

@@ -1,0 +1,31 @@
+import { describe, expect, it } from 'vitest';
+import { fromBase64Url, randomId, toBase64Url } from '../../workers/kernel/crypto';
+
+/** base64url by the book: btoa, then the URL alphabet, no padding. */
+function reference(bytes: Uint8Array): string {
+  return btoa(String.fromCharCode(...bytes))
+    .replaceAll('+', '-')
+    .replaceAll('/', '_')
+    .replace(/=+$/, '');
+}
+
+describe('base64url', () => {
+  it('encodes every length and every byte value as btoa does, and decodes back', () => {
+    for (let length = 0; length <= 70; length++) {
+      const bytes = crypto.getRandomValues(new Uint8Array(length));
+      expect(toBase64Url(bytes)).toBe(reference(bytes));
+      expect(fromBase64Url(toBase64Url(bytes))).toEqual(bytes);
+    }
+    const all = Uint8Array.from({ length: 256 }, (_, i) => i);
+    expect(toBase64Url(all)).toBe(reference(all));
+    expect(toBase64Url(new Uint8Array([251, 255, 191]))).toBe('-_-_');
+  });
+
+  it('makes ids of 22 URL-safe characters', () => {
+    const ids = new Set(Array.from({ length: 1000 }, () => randomId()));
+    expect(ids.size).toBe(1000);
+    for (const id of ids) {
+      expect(id).toMatch(/^[A-Za-z0-9_-]{22}$/);
+    }
+  });
+});
