@@ -1,5 +1,6 @@
 import { zValidator } from '@hono/zod-validator';
 import type { Context, MiddlewareHandler, ValidationTargets } from 'hono';
+import { HTTPException } from 'hono/http-exception';
 import type { z } from 'zod';
 import { AppError } from '../../kernel/errors';
 import type { AppEnv } from '../context';
@@ -19,19 +20,57 @@ export function valid<T extends z.ZodType, Target extends keyof ValidationTarget
   });
 }
 
+/** Media types Hono's validator reads as JSON. */
+const JSON_MEDIA = /^application\/([\w.-]+\+)?json$/i;
+
+/** What a target holds, read as Hono's validator reads it; only the schema's own headers. */
+async function readTarget(c: Context<AppEnv>, target: 'json' | 'param' | 'header', schema: z.ZodType): Promise<unknown> {
+  switch (target) {
+    case 'json': {
+      const mediaType = (c.req.header('content-type') ?? '').split(';')[0]?.trim().toLowerCase() ?? '';
+      if (!JSON_MEDIA.test(mediaType)) {
+        return {};
+      }
+      try {
+        return await c.req.json();
+      } catch {
+        throw new HTTPException(400, { message: 'Malformed JSON in request body' });
+      }
+    }
+    case 'param':
+      return c.req.param();
+    case 'header': {
+      // Every header of the request would be copied; the schema names the few it reads.
+      const headers: Record<string, string> = {};
+      for (const name of Object.keys((schema as unknown as { shape: Record<string, unknown> }).shape)) {
+        const value = c.req.header(name);
+        if (value !== undefined) {
+          headers[name] = value;
+        }
+      }
+      return headers;
+    }
+  }
+}
+
 /**
- * Like valid, for a pipeline of named steps: the parsed value goes to `keep`, which puts what
- * later steps need into the context.
+ * Like valid, for a pipeline of named steps on the purchase path: the parsed value goes to
+ * `keep`, which puts what later steps need into the context. Reads the target as Hono's
+ * validator does and parses synchronously, without the generic validator's copies of every
+ * header and its promise per parse; a header schema must be an object of lower-case names.
  */
-export function validInto<T extends z.ZodType, Target extends keyof ValidationTargets>(
+export function validInto<T extends z.ZodType, Target extends 'json' | 'param' | 'header'>(
   target: Target,
   schema: T,
   keep: (c: Context<AppEnv>, value: z.output<T>) => void,
 ): MiddlewareHandler<AppEnv> {
-  return zValidator(target, schema, (result, c: Context<AppEnv>) => {
+  return async function validated(c, next) {
+    const result = schema.safeParse(await readTarget(c, target, schema));
     if (!result.success) {
       throw invalid(target, result.error.issues);
     }
+    c.req.addValidatedData(target, result.data as object);
     keep(c, result.data);
-  });
+    await next();
+  };
 }
