@@ -187,5 +187,9 @@ describe('dead letters', () => {
     expect((await call('/admin/dead-letters?limit=100000', { headers: ADMIN })).status).toBe(400);
     expect((await call('/admin/dead-letters/redrive', { method: 'POST', headers: ADMIN, json: {} })).status).toBe(400);
     expect((await call('/admin/dead-letters/redrive', { method: 'POST', headers: ADMIN, json: { goodsId: 'x' } })).status).toBe(400);
+    // Beside /redrive and /:id/redrive there is no other POST route, whatever the body.
+    const nowhere = await call('/admin/dead-letters/redrive-all', { method: 'POST', headers: ADMIN, json: { goodsId: 1 } });
+    expect(nowhere.status).toBe(404);
+    expect(await json(nowhere)).toMatchObject({ error: { code: 'NOT_FOUND' } });
   });
 });

@@ -1,4 +1,5 @@
 import { Hono } from 'hono';
+import { RegExpRouter } from 'hono/router/reg-exp-router';
 import type { AppEnv } from './context';
 import { limitBody } from './middleware/body-limit';
 import { clientAddress } from './middleware/client-address';
@@ -41,7 +42,9 @@ const shopper = new Hono<AppEnv>()
 
 /** Builds the HTTP app: shopper API, admin API, dev helpers, one error shape. */
 export function createApp() {
-  const app = new Hono<AppEnv>();
+  // One regular expression for every route, matched once per request; a route it cannot hold
+  // fails here, at start, instead of sending every request through the slower trie.
+  const app = new Hono<AppEnv>({ router: new RegExpRouter() });
   app.use(requestContext, requestMetrics, limitBody);
 
   app.route('/api/seckill', shopper);

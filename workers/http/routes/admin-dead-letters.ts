@@ -1,4 +1,5 @@
 import { Hono } from 'hono';
+import { createMiddleware } from 'hono/factory';
 import { withDbFor } from '../../../db/client';
 import { type DeadLetterRow, listDeadLetters } from '../../../db/dead-letters';
 import { DeadLetterParam, DeadLetterQuery, RedriveGoodsBody } from '../../kernel/contract';
@@ -33,6 +34,14 @@ function view(row: DeadLetterRow) {
 }
 
 /** Operators' view of messages that exhausted their retries, and the way to send them again. */
+/** Lets through only POST /redrive; any other /:id is no route. */
+const bulkRedrive = createMiddleware<AppEnv>(async (c, next) => {
+  if (c.req.param('id') !== 'redrive') {
+    throw new AppError('NOT_FOUND', `no route for ${c.req.method} ${c.req.path}`);
+  }
+  await next();
+});
+
 export const adminDeadLetters = new Hono<AppEnv>()
   .use(adminAuth)
 
@@ -41,7 +50,9 @@ export const adminDeadLetters = new Hono<AppEnv>()
     return c.json(rows.map(view));
   })
 
-  .post('/redrive', valid('json', RedriveGoodsBody), async (c) => {
+  // POST /redrive, written as a parameter: the app's router (RegExpRouter, app.ts) cannot hold a
+  // fixed segment beside the parameter of /:id/redrive.
+  .post('/:id', bulkRedrive, valid('json', RedriveGoodsBody), async (c) => {
     const { goodsId } = c.req.valid('json');
     const results = await withDbFor(c.get('config'), async (d) => {
       const open = await listDeadLetters(d, { goodsId, state: 'open', limit: REDRIVE_ALL_LIMIT });
