@@ -4,8 +4,9 @@ import type { PriorAnswer } from './rules';
 // The statements of one reservation batch (ledger.ts): what its decisions read, asked once for
 // the whole batch, and what they write, one multi-row statement per table. A statement costs the
 // object more than the row it writes, so a batch of 10 shoppers runs a handful of statements
-// instead of six for each. Each list goes in as one JSON value, taken apart by json_each.
-// Synchronous, like storage.ts: the caller runs them inside its transaction.
+// instead of six for each. Each list goes in as bound values (`VALUES (...), (...)`, `IN (...)`),
+// as many as the 100 a statement may carry, chunked beyond. Synchronous, like storage.ts: the
+// caller runs them inside its transaction.
 
 /** What a batch's decisions read: its spent tokens, its shoppers' units, its keyed ids' answers, its allowlisted shoppers. */
 export type BatchReads = {
@@ -36,18 +37,15 @@ export type BatchWrites = {
   outbox: OrderMessage[];
 };
 
-/**
- * Below this many rows a list goes row by row: a json_each statement costs workerd about as
- * much as three plain ones, and in production a call often carries one reservation.
- */
-const FEW = 3;
+/** Bound values one statement may carry in a Durable Object's SQLite. */
+const MAX_VARIABLES = 100;
 
 type PriorRow = { request_id: string; order_id: string | null; status: string; reason: string | null; released: number };
 
 export class ReserveStore {
   constructor(private readonly sql: SqlStorage) {}
 
-  /** Everything the decisions of `items` read: per item for a few, else in at most four statements. */
+  /** Everything the decisions of `items` read, in at most four statements (a batch's keys fit in one). */
   read(items: ReserveItem[], allowlist: boolean): BatchReads {
     const keyed = items.filter((i) => i.keyed).map((i) => i.requestId);
     const users = items.map((i) => i.userId);
@@ -75,13 +73,12 @@ export class ReserveStore {
 
   /** The rows of `select` (ending in the key column) whose key is one of `keys`. */
   private rows<R extends Record<string, SqlStorageValue>>(select: string, keys: string[]): R[] {
-    if (keys.length === 0) {
-      return [];
+    const out: R[] = [];
+    for (let i = 0; i < keys.length; i += MAX_VARIABLES) {
+      const chunk = keys.slice(i, i + MAX_VARIABLES);
+      out.push(...this.sql.exec<R>(`${select} IN (${placeholders(chunk.length)})`, ...chunk).toArray());
     }
-    if (keys.length < FEW) {
-      return keys.flatMap((k) => this.sql.exec<R>(`${select} = ?`, k).toArray());
-    }
-    return this.sql.exec<R>(`${select} IN (SELECT value FROM json_each(?))`, JSON.stringify(keys)).toArray();
+    return out;
   }
 
   /** Writes a batch's decisions, all stamped `now`; the triggers keep the tally as with single rows. */
@@ -120,23 +117,24 @@ export class ReserveStore {
   }
 
   /**
-   * Inserts `rows` into `table (columns)`: row by row for a few, else one statement over
-   * json_each, which walks the list in order (the outbox's seq follows acceptance).
+   * Inserts `rows` into `table (columns)`, in order (the outbox's seq follows acceptance): one
+   * multi-row statement per chunk of what the variable limit allows.
    */
   private insert(table: string, rows: SqlStorageValue[][], or = '', conflict = ''): void {
     const width = rows[0]?.length ?? 0;
     if (width === 0) {
       return;
     }
-    if (rows.length < FEW) {
-      const statement = `INSERT ${or} INTO ${table} VALUES (${Array(width).fill('?').join(', ')}) ${conflict}`;
-      for (const row of rows) {
-        this.sql.exec(statement, ...row);
-      }
-      return;
+    const perStatement = Math.floor(MAX_VARIABLES / width);
+    const row = `(${placeholders(width)})`;
+    for (let i = 0; i < rows.length; i += perStatement) {
+      const chunk = rows.slice(i, i + perStatement);
+      this.sql.exec(`INSERT ${or} INTO ${table} VALUES ${Array(chunk.length).fill(row).join(', ')} ${conflict}`, ...chunk.flat());
     }
-    const picked = Array.from({ length: width }, (_, i) => `value->>${i}`).join(', ');
-    // `WHERE true` tells SQLite an ON CONFLICT belongs to the INSERT, not to the SELECT.
-    this.sql.exec(`INSERT ${or} INTO ${table} SELECT ${picked} FROM json_each(?) WHERE true ${conflict}`, JSON.stringify(rows));
   }
+}
+
+/** `?, ?, ...`, n of them. */
+function placeholders(n: number): string {
+  return Array(n).fill('?').join(', ');
 }
