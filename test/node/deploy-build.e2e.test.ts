@@ -74,6 +74,14 @@ describe('local build (the markers are real)', () => {
   });
 });
 
+describe('every build', () => {
+  it("names no function at run time: esbuild's keepNames helper, called each time a closure is made, is off", () => {
+    // The unminified local build shows the helper by its name; the others inherit the setting.
+    expect(builds.local?.bundle).not.toContain('__name(');
+    expect(builds.local?.bundle).toContain('export {');
+  });
+});
+
 describe.each(ENVS)('%s build', (env) => {
   it('dry-runs without wrangler warnings about missing, non-inherited settings', () => {
     const output = builds[env]?.output ?? '';
