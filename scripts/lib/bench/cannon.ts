@@ -2,6 +2,7 @@
 // outcome of every response counted by status and contract error code.
 import autocannon from 'autocannon';
 import { round } from '../load/metrics.ts';
+import { workerCpuMs } from './process-cpu.ts';
 
 /** One request of a phase: each call of `next()` is a new shopper. */
 export type PhaseRequest = { method: 'GET' | 'POST'; path: string; headers: Record<string, string>; body?: string };
@@ -31,6 +32,11 @@ export type PhaseResult = {
   outcomes: Record<string, number>;
   errors: number;
   timeouts: number;
+  /**
+   * CPU time of the Worker's workerd processes per answered request, in µs (null off Linux):
+   * what a request costs whatever else the machine runs, where req/s is what it sustains.
+   */
+  cpuUsPerRequest: number | null;
 };
 
 /** Status plus the contract's error code when the body has one: "202", "410 SOLD_OUT". */
@@ -83,8 +89,10 @@ export function runPhase({
       },
     ];
   }
+  const cpuBefore = workerCpuMs();
   return new Promise((resolve, reject) => {
     autocannon(options, (error, result) => {
+      const cpuAfter = workerCpuMs();
       if (error) {
         reject(error);
         return;
@@ -95,6 +103,7 @@ export function runPhase({
         }
       }
       const completed = Object.values(outcomes).reduce((a, b) => a + b, 0);
+      const cpuMs = cpuBefore !== undefined && cpuAfter !== undefined ? cpuAfter - cpuBefore : undefined;
       resolve({
         requests: completed,
         durationS: result.duration,
@@ -107,6 +116,7 @@ export function runPhase({
         outcomes,
         errors: result.errors,
         timeouts: result.timeouts,
+        cpuUsPerRequest: cpuMs !== undefined && completed > 0 ? Math.round((cpuMs * 1000) / completed) : null,
       });
     });
   });

@@ -130,12 +130,13 @@ export function formatBench(r: BenchResult): string {
     fmt(p.p90Ms),
     fmt(p.p99Ms),
     fmt(p.maxMs),
+    p.cpuUsPerRequest === null ? '-' : fmt(p.cpuUsPerRequest),
     ratioText,
     formatOutcomes(p.outcomes),
   ];
   lines.push(
     table([
-      ['phase', 'requests', 'req/s', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'vs floor', 'outcomes'],
+      ['phase', 'requests', 'req/s', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'CPU µs/req', 'vs floor', 'outcomes'],
       row('floor: GET /api/health', r.floor, '1.00x'),
       row('purchase while stock lasts', r.purchase, `${r.purchase.ratioToFloor}x`),
       row('sold out', r.soldOut, `${r.soldOut.ratioToFloor}x`),
