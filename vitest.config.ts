@@ -39,6 +39,9 @@ export default defineConfig({
           globalSetup: ['./test/setup/services.ts'],
           testTimeout: 60_000,
           hookTimeout: 60_000,
+          // One file at a time: the files share one Postgres and the runtime limits.
+          maxWorkers: 1,
+          sequence: { groupOrder: 1 },
         },
       },
       {
@@ -48,6 +51,10 @@ export default defineConfig({
           environment: 'node',
           testTimeout: 120_000,
           hookTimeout: 120_000,
+          // Two files at a time: each starts what it needs on free ports, with a database (and a
+          // Redis database) of its own, and most of their time is spent waiting on a stack or a page.
+          maxWorkers: 2,
+          sequence: { groupOrder: 0 },
         },
       },
     ],
