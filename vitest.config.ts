@@ -42,6 +42,37 @@ export default defineConfig({
           // One file at a time: the files share one Postgres and the runtime limits.
           maxWorkers: 1,
           sequence: { groupOrder: 1 },
+          // The packages the Worker and these tests import, pre-bundled once: workerd otherwise loads
+          // zod, hono and drizzle module by module for every test file (~2 s a file). Every bare
+          // import belongs here: one left out would load a second copy of its package beside it.
+          deps: {
+            optimizer: {
+              ssr: {
+                enabled: true,
+                include: [
+                  'zod',
+                  'hono',
+                  'hono/factory',
+                  'hono/jwt',
+                  'hono/utils/jwt/jws',
+                  'hono/http-exception',
+                  'hono/utils/jwt/types',
+                  'hono/utils/jwt/jwt',
+                  'hono/utils/http-status',
+                  'hono/route',
+                  'hono/body-limit',
+                  '@hono/zod-validator',
+                  'drizzle-orm',
+                  'drizzle-orm/pg-core',
+                  'drizzle-orm/neon-serverless',
+                  'drizzle-orm/neon-http',
+                  '@neondatabase/serverless',
+                  '@upstash/redis/cloudflare',
+                  'fast-check',
+                ],
+              },
+            },
+          },
         },
       },
       {
