@@ -39,6 +39,40 @@ export default defineConfig({
           globalSetup: ['./test/setup/services.ts'],
           testTimeout: 60_000,
           hookTimeout: 60_000,
+          // One file at a time: the files share one Postgres and the runtime limits.
+          maxWorkers: 1,
+          sequence: { groupOrder: 1 },
+          // The packages the Worker and these tests import, pre-bundled once: workerd otherwise loads
+          // zod, hono and drizzle module by module for every test file (~2 s a file). Every bare
+          // import belongs here: one left out would load a second copy of its package beside it.
+          deps: {
+            optimizer: {
+              ssr: {
+                enabled: true,
+                include: [
+                  'zod',
+                  'hono',
+                  'hono/factory',
+                  'hono/jwt',
+                  'hono/utils/jwt/jws',
+                  'hono/http-exception',
+                  'hono/utils/jwt/types',
+                  'hono/utils/jwt/jwt',
+                  'hono/utils/http-status',
+                  'hono/route',
+                  'hono/body-limit',
+                  '@hono/zod-validator',
+                  'drizzle-orm',
+                  'drizzle-orm/pg-core',
+                  'drizzle-orm/neon-serverless',
+                  'drizzle-orm/neon-http',
+                  '@neondatabase/serverless',
+                  '@upstash/redis/cloudflare',
+                  'fast-check',
+                ],
+              },
+            },
+          },
         },
       },
       {
@@ -48,6 +82,10 @@ export default defineConfig({
           environment: 'node',
           testTimeout: 120_000,
           hookTimeout: 120_000,
+          // Two files at a time: each starts what it needs on free ports, with a database (and a
+          // Redis database) of its own, and most of their time is spent waiting on a stack or a page.
+          maxWorkers: 2,
+          sequence: { groupOrder: 0 },
         },
       },
     ],

@@ -14,7 +14,8 @@ export const LIVE_PROTOCOL = 'seckill-live';
 export type LiveEvent =
   | { type: 'position'; position: number; etaSeconds: number; remaining: number }
   | { type: 'admitted'; expiresAt: string; pass: string; round: number | null }
-  | { type: 'sold_out'; remaining: number }
+  /** `round`: the last admission round in effect when the room told the shopper (0: none yet). */
+  | { type: 'sold_out'; remaining: number; round: number }
   | { type: 'expired' }
   | ({ type: 'result' } & RoomResult);
 
@@ -39,13 +40,13 @@ export function attachmentOf(ws: WebSocket): Attachment | undefined {
   return parsed.success ? parsed.data : undefined;
 }
 
-/** The state event a ticket's view is told as. */
-export function stateEvent(view: TicketView): LiveEvent {
+/** The state event a ticket's view is told as, `round` being the last admission round in effect. */
+export function stateEvent(view: TicketView, round: number): LiveEvent {
   switch (view.state) {
     case 'ADMITTED':
       return { type: 'admitted', expiresAt: new Date(view.expiresAt ?? 0).toISOString(), pass: view.pass ?? '', round: view.round };
     case 'SOLD_OUT':
-      return { type: 'sold_out', remaining: view.remaining };
+      return { type: 'sold_out', remaining: view.remaining, round };
     case 'EXPIRED':
       return { type: 'expired' };
     default:

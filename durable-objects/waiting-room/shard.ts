@@ -191,7 +191,7 @@ export class ShardRoom {
     const t = this.s.book.byUser.get(att.u);
     if (t) {
       const view = await this.s.view(t, now);
-      const event = stateEvent(view);
+      const event = stateEvent(view, this.roundInEffect(now));
       if (force || due(att, event, now)) {
         if (send(ws, event)) {
           this.counters.messages++;
@@ -204,6 +204,11 @@ export class ShardRoom {
       send(ws, resultEvent(last.result));
       this.counters.messages++;
     }
+  }
+
+  /** The last admission round in effect at `now`: the ones admitted, and any due but not yet reached by a tick (0 before any). */
+  private roundInEffect(now: number): number {
+    return Math.max(this.counters.round, ...this.pending.filter((r) => r.at <= now).map((r) => r.round));
   }
 
   // The tick: hear the coordinator, draw the pre-queue, admit the rounds that are due, tell the connections.

@@ -17,8 +17,11 @@ export const CHROMIUM = '/usr/bin/chromium';
 export const SCREENSHOTS = join(ROOT, 'test-results/screenshots');
 /** The README's pictures; rewritten only when UPDATE_SCREENSHOTS=1. */
 export const DOC_SCREENSHOTS = join(ROOT, 'docs/screenshots');
-/** A Redis database of its own, so the mirror's keys never meet another test's. */
-const REDIS_DB = 13;
+/**
+ * A Redis database of its own, so the mirror's keys never meet another test's: one per vitest
+ * worker (VITEST_POOL_ID counts from 1), as two browser files may run side by side.
+ */
+const REDIS_DB = 13 - ((Number(process.env.VITEST_POOL_ID) || 1) - 1);
 
 /** KEY="value" lines, as scripts/dev.ts reads them. */
 function devVars(): Record<string, string> {

@@ -29,6 +29,7 @@ type Shopper = {
   statuses: number[];
   admitted?: LiveEvent;
   admittedAt?: number;
+  soldOut?: LiveEvent;
   soldOutAt?: number;
   result?: LiveEvent;
   done: Promise<void>;
@@ -65,6 +66,7 @@ describe('a waiting room: 2,000 shoppers for 100 units', () => {
       s.done = (async () => {
         const first = await live.next((e) => e.type === 'admitted' || e.type === 'sold_out', 60_000);
         if (first.type === 'sold_out') {
+          s.soldOut = first;
           s.soldOutAt = Date.now();
           return;
         }
@@ -94,9 +96,16 @@ describe('a waiting room: 2,000 shoppers for 100 units', () => {
     expect(admitted).toHaveLength(STOCK);
     expect(soldOut).toHaveLength(SHOPPERS - STOCK);
     expect(admitted.every((s) => s.result?.status === 'SUCCESS' && typeof s.result.orderId === 'string')).toBe(true);
-    // Sold out as soon as the units left were fewer than the shoppers ahead: before anyone was even admitted.
+    // Sold out as soon as the units left were fewer than the shoppers ahead: before anyone was even
+    // admitted. Each sold_out says which admission round was in effect when the room sent it; that
+    // is what the room decided, whereas the frames' arrival here lags when the machine is busy.
+    const firstRound = Math.min(...admitted.map((s) => Number(s.admitted?.round)));
+    expect(firstRound).toBeGreaterThanOrEqual(1);
+    const toldAfter = soldOut.filter((s) => typeof s.soldOut?.round !== 'number' || Number(s.soldOut.round) >= firstRound);
+    expect(toldAfter.map((s) => s.soldOut)).toEqual([]);
+    // Only for the log line: sold_out frames that reached this test after the first admission frame.
     const firstAdmission = Math.min(...admitted.map((s) => s.admittedAt ?? Number.POSITIVE_INFINITY));
-    expect(soldOut.every((s) => (s.soldOutAt ?? Number.POSITIVE_INFINITY) < firstAdmission)).toBe(true);
+    const lateFrames = soldOut.filter((s) => (s.soldOutAt ?? 0) > firstAdmission).length;
 
     // One global order: sorted by order key, the admission rounds never go back, and the
     // admitted are exactly the first STOCK of the line.
@@ -114,6 +123,6 @@ describe('a waiting room: 2,000 shoppers for 100 units', () => {
     for (const sh of shoppers) {
       sh.live.close();
     }
-    console.log(JSON.stringify({ shoppers: SHOPPERS, stock: STOCK, joinedMs, doneMs, rounds: new Set(rounds).size }));
+    console.log(JSON.stringify({ shoppers: SHOPPERS, stock: STOCK, joinedMs, doneMs, rounds: new Set(rounds).size, lateFrames }));
   }, 180_000);
 });
