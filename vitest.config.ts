@@ -61,6 +61,7 @@ export default defineConfig({
                   'hono/utils/http-status',
                   'hono/route',
                   'hono/body-limit',
+                  'hono/router/reg-exp-router',
                   '@hono/zod-validator',
                   'drizzle-orm',
                   'drizzle-orm/pg-core',
