@@ -209,8 +209,9 @@ export class GoodsStock extends DurableObject<Env> {
     }
     if (accepted > 0) {
       this.ensureAlarm(now + OUTBOX_ALARM_DELAY_MS);
-      // The rows are committed; sending them now only shortens the wait. The alarm retries.
-      this.ctx.waitUntil(this.outbox.flush());
+      // The rows are committed; sending them soon, with the next calls' rows, only shortens
+      // the wait. The alarm retries.
+      this.ctx.waitUntil(this.outbox.flushSoon());
       noteAccepted(this.mirror, sale, items, outcomes);
       this.syncMirror();
       this.leases.afterBatch(now);

@@ -124,6 +124,9 @@ describe('the goods object counts without scanning', () => {
     await rebindQueue(goodsId, blackHole);
     const waiting = [item(goodsId, 'wait-a'), item(goodsId, 'wait-b'), item(goodsId, 'wait-c', { keyed: true })];
     expect((await stub.reserveMany(goodsId, waiting)).every((o) => o.ok)).toBe(true);
+    // Their send goes a few milliseconds after the call (coalesced with the next calls'): the
+    // black hole takes it before the queue starts refusing.
+    await eventually(async () => ((await stub.snapshot())?.outboxPending === 0 ? true : undefined));
     await rebindQueue(goodsId, refusing);
     expect((await stub.reserveMany(goodsId, [item(goodsId, 'unsent')]))[0]).toMatchObject({ ok: true });
     expect(await stub.settle([{ requestId: waiting[0]?.requestId ?? '', ok: false, reason: 'SOLD_OUT' }])).toMatchObject({ refused: 1 });
