@@ -404,3 +404,18 @@ export async function spreadGoodsIds(): Promise<void> {
     db.execute(drizzleSql`SELECT setval('seckill_goods_id_seq', greatest((SELECT last_value FROM seckill_goods_id_seq), ${base}))`),
   );
 }
+
+/** Runs `work(0..n-1)` with at most `width` at once; the results in order. */
+export async function pool<T>(n: number, width: number, work: (i: number) => Promise<T>): Promise<T[]> {
+  const out: T[] = new Array(n);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: width }, async () => {
+      while (next < n) {
+        const i = next++;
+        out[i] = await work(i);
+      }
+    }),
+  );
+  return out;
+}

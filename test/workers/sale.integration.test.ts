@@ -1,25 +1,11 @@
 import { and, eq, sql as raw } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { seckillOrder } from '../../db/schema';
-import { bearer, call, createGoods, devToken, json, purchaseToken, settled, sql, stockObject } from './helpers';
+import { bearer, call, createGoods, devToken, json, pool, purchaseToken, settled, sql, stockObject } from './helpers';
 
 const USERS = 1000;
 const STOCK = 100;
 const CONCURRENCY = 50;
-
-async function pool<T>(n: number, width: number, work: (i: number) => Promise<T>): Promise<T[]> {
-  const out: T[] = new Array(n);
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: width }, async () => {
-      while (next < n) {
-        const i = next++;
-        out[i] = await work(i);
-      }
-    }),
-  );
-  return out;
-}
 
 describe('a sale of 1,000 shoppers for 100 units, through the Worker into Postgres', () => {
   it('sells exactly the stock, once per shopper, and every accepted request ends as an order', async () => {

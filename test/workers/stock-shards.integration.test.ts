@@ -15,6 +15,7 @@ import {
   devToken,
   driveTimeouts,
   json,
+  pool,
   purchaseToken,
   reconcileNow,
   settled,
@@ -47,20 +48,6 @@ function usersOn(prefix: string, shard: number, shards: number, n: number): stri
       out.push(id);
     }
   }
-  return out;
-}
-
-async function pool<T>(n: number, width: number, work: (i: number) => Promise<T>): Promise<T[]> {
-  const out: T[] = new Array(n);
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: width }, async () => {
-      while (next < n) {
-        const i = next++;
-        out[i] = await work(i);
-      }
-    }),
-  );
   return out;
 }
 

@@ -1,24 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { ADMIN, call, settled, stats } from './helpers';
+import { ADMIN, call, pool, settled, stats } from './helpers';
 import { buyWithPass, createQueuedGoods, join, type Live, type LiveEvent, openLive, shopper, type TicketAnswer } from './room-helpers';
 
 const SHOPPERS = 2_000;
 const STOCK = 100;
 const WIDTH = 50;
-
-async function pool<T>(n: number, width: number, work: (i: number) => Promise<T>): Promise<T[]> {
-  const out: T[] = new Array(n);
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: width }, async () => {
-      while (next < n) {
-        const i = next++;
-        out[i] = await work(i);
-      }
-    }),
-  );
-  return out;
-}
 
 type Shopper = {
   userId: string;
