@@ -26,6 +26,8 @@ import { closeOverdueOrders } from './overdue';
 export const STUCK_OUTBOX_MS = 30_000;
 /** A mirror behind the object for longer than this had a write fail (healthy writes take ms). */
 export const STALE_MIRROR_MS = 10_000;
+/** Goods reconciled at once. */
+const RECONCILE_CONCURRENCY = 4;
 
 export type Discrepancy = { kind: string } & Record<string, string | number | boolean | null>;
 export type Action = { action: string } & Record<string, string | number | boolean | null>;
@@ -264,6 +266,46 @@ async function reconcileGoods(env: Env, db: Db, row: GoodsRow, now: number): Pro
   };
 }
 
+/** One goods reconciled, its report row written and its counts made; a failure is its discrepancy. */
+async function reconcileOne(env: Env, db: Db, row: GoodsRow, now: number): Promise<GoodsReconciliation> {
+  let result: GoodsReconciliation;
+  try {
+    result = await reconcileGoods(env, db, row, now);
+  } catch (error) {
+    log.error('reconcile.goods_failed', { goodsId: row.id, error });
+    result = {
+      goodsId: row.id,
+      totalStock: row.totalStock,
+      doRemaining: null,
+      dbStock: row.stock,
+      mirrorStock: null,
+      liveOrders: 0,
+      consistent: false,
+      discrepancies: [{ kind: 'reconcile_failed', message: error instanceof Error ? error.message.slice(0, 200) : String(error) }],
+      actions: [],
+      skipped: [],
+    };
+  }
+  await insertReconciliationReport(db, {
+    goodsId: result.goodsId,
+    runAt: new Date(now),
+    doRemaining: result.doRemaining,
+    dbStock: result.dbStock,
+    mirrorStock: result.mirrorStock,
+    liveOrders: result.liveOrders,
+    consistent: result.consistent,
+    discrepancies: result.discrepancies,
+    actions: result.actions,
+  });
+  for (const d of result.discrepancies) {
+    count('seckill_reconcile_discrepancies_total', { goods_id: String(result.goodsId), kind: d.kind });
+  }
+  for (const a of result.actions) {
+    count('seckill_reconcile_actions_total', { goods_id: String(result.goodsId), action: a.action });
+  }
+  return result;
+}
+
 /**
  * Runs reconciliation for every goods in scope (or one), writes a reconciliation_report row
  * per goods, counts what it found and did, and returns the report. One goods failing does
@@ -280,45 +322,17 @@ export async function reconcile(
     const one = rows.find((r) => r.id === options.goodsId) ?? (await findGoods(db, options.goodsId));
     rows = one ? [one] : [];
   }
-  const goods: GoodsReconciliation[] = [];
-  for (const row of rows) {
-    let result: GoodsReconciliation;
-    try {
-      result = await reconcileGoods(env, db, row, now);
-    } catch (error) {
-      log.error('reconcile.goods_failed', { goodsId: row.id, error });
-      result = {
-        goodsId: row.id,
-        totalStock: row.totalStock,
-        doRemaining: null,
-        dbStock: row.stock,
-        mirrorStock: null,
-        liveOrders: 0,
-        consistent: false,
-        discrepancies: [{ kind: 'reconcile_failed', message: error instanceof Error ? error.message.slice(0, 200) : String(error) }],
-        actions: [],
-        skipped: [],
-      };
+  const goods: GoodsReconciliation[] = new Array(rows.length);
+  // Goods are independent (their own objects and rows): a few at a time, so a shop with
+  // hundreds in scope is not checked one object round trip after another. The pool's
+  // connections bound the Postgres side; the objects' calls overlap.
+  let next = 0;
+  const worker = async () => {
+    for (let i = next++; i < rows.length; i = next++) {
+      goods[i] = await reconcileOne(env, db, rows[i] as GoodsRow, now);
     }
-    goods.push(result);
-    await insertReconciliationReport(db, {
-      goodsId: result.goodsId,
-      runAt: new Date(now),
-      doRemaining: result.doRemaining,
-      dbStock: result.dbStock,
-      mirrorStock: result.mirrorStock,
-      liveOrders: result.liveOrders,
-      consistent: result.consistent,
-      discrepancies: result.discrepancies,
-      actions: result.actions,
-    });
-    for (const d of result.discrepancies) {
-      count('seckill_reconcile_discrepancies_total', { goods_id: String(result.goodsId), kind: d.kind });
-    }
-    for (const a of result.actions) {
-      count('seckill_reconcile_actions_total', { goods_id: String(result.goodsId), action: a.action });
-    }
-  }
+  };
+  await Promise.all(Array.from({ length: Math.min(RECONCILE_CONCURRENCY, rows.length) }, worker));
   count('seckill_reconcile_runs_total', { trigger: options.trigger });
   const report: ReconcileReport = {
     runAt: new Date(now).toISOString(),
