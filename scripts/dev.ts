@@ -6,12 +6,15 @@
 //   production (DEV_CRON=off to stop that). Ctrl-C stops everything this started.
 //   PGLITE_DIR and DEV_PERSIST_DIR move the embedded database and wrangler's local state (Durable
 //   Objects, queues) elsewhere, e.g. a throw-away directory for a second stack next to yours.
+//   The devtools inspector listens on INSPECTOR_PORT, else 9229, else (9229 taken, say by a
+//   stack next to this one) a free port: wrangler would otherwise stop at start.
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { devCronNotice, devCronSettings, startDevCron } from './lib/dev-cron.ts';
+import { freePort } from './lib/free-port.ts';
 import { applyMigrations } from './lib/migrate.ts';
 import { startEmbeddedPostgres } from './lib/pg-embedded.ts';
 import { startRedisRestBridge } from './lib/redis-rest-bridge.ts';
@@ -20,6 +23,8 @@ import { startWsBridge } from './lib/ws-bridge.ts';
 const root = fileURLToPath(new URL('..', import.meta.url));
 const port = Number(process.env.PORT ?? 8787);
 const closers: (() => Promise<void>)[] = [];
+/** wrangler dev's own default. */
+const DEFAULT_INSPECTOR_PORT = 9229;
 
 function say(message: string): void {
   console.log(`[dev] ${message}`);
@@ -49,6 +54,19 @@ function redisAnswers(host: string, redisPort: number): Promise<boolean> {
     socket.once('connect', () => socket.write('PING\r\n'));
     socket.once('data', (d) => done(d.toString().startsWith('+PONG')));
   });
+}
+
+/** The devtools inspector's port: INSPECTOR_PORT, else 9229 while it is free, else any free port. */
+async function inspectorPort(): Promise<number> {
+  if (process.env.INSPECTOR_PORT) {
+    return Number(process.env.INSPECTOR_PORT);
+  }
+  const free = await new Promise<boolean>((resolve) => {
+    const server = net.createServer();
+    server.once('error', () => resolve(false));
+    server.listen(DEFAULT_INSPECTOR_PORT, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
+  return free ? DEFAULT_INSPECTOR_PORT : freePort();
 }
 
 async function shutdown(code: number): Promise<void> {
@@ -116,6 +134,10 @@ async function main(): Promise<void> {
     { mode: 0o600 },
   );
 
+  const inspector = await inspectorPort();
+  if (inspector !== DEFAULT_INSPECTOR_PORT) {
+    say(`devtools inspector on port ${inspector}`);
+  }
   const wrangler = spawn(
     process.execPath,
     [
@@ -127,6 +149,8 @@ async function main(): Promise<void> {
       '127.0.0.1',
       '--env-file',
       envFile,
+      '--inspector-port',
+      String(inspector),
       '--test-scheduled',
       '--show-interactive-dev-session=false',
       ...(process.env.DEV_PERSIST_DIR ? ['--persist-to', process.env.DEV_PERSIST_DIR] : []),

@@ -96,6 +96,8 @@ export async function startStack(): Promise<Stack> {
   const env: NodeJS.ProcessEnv = {
     ...process.env,
     PORT: String(port),
+    // Two stacks start side by side (two files at a time): each its own inspector, not both 9229.
+    INSPECTOR_PORT: String(await freePort()),
     PGLITE_DIR: join(temp, 'pglite'),
     DEV_PERSIST_DIR: join(temp, 'wrangler-state'),
     REDIS_URL: await mirrorRedis(process.env.TEST_REDIS_URL),

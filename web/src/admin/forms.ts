@@ -26,7 +26,9 @@ export function bindLimits(ctx: AdminContext): void {
   const status = byId('limits-status', HTMLElement);
   let loaded: Partial<Record<(typeof LIMIT_FIELDS)[number], number>> = {};
 
+  /** Shows the live limits; a field the operator typed in while they were on their way keeps what was typed. */
   const load = async () => {
+    const typed = new Map(LIMIT_FIELDS.map((name) => [name, input(form, name).value]));
     const res = await adminJson(ctx, '/admin/limits', Limits);
     if (!res.ok) {
       status.textContent = routeMissing(res) ? ctx.i18n.t('limitsUnavailable') : ctx.i18n.t('failed', { message: res.message });
@@ -39,7 +41,9 @@ export function bindLimits(ctx: AdminContext): void {
       field.closest('label')?.toggleAttribute('hidden', value === undefined);
       if (typeof value === 'number') {
         loaded[name] = value;
-        field.value = String(value);
+        if (field.value === typed.get(name)) {
+          field.value = String(value);
+        }
       }
     }
     status.textContent = '';
@@ -72,7 +76,8 @@ export function bindLimits(ctx: AdminContext): void {
       status.textContent = routeMissing(res) ? ctx.i18n.t('limitsUnavailable') : ctx.i18n.t('failed', { message: res.message });
       return;
     }
-    status.textContent = ctx.i18n.t('saved');
+    // "Saved" once the form shows what was saved, not before: a change typed before then
+    // would be compared with the limits as they were.
     await load();
     status.textContent = ctx.i18n.t('saved');
   });
