@@ -14,7 +14,7 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { devCronNotice, devCronSettings, startDevCron } from './lib/dev-cron.ts';
-import { freePort } from './lib/free-port.ts';
+import { freePort, isPortFree } from './lib/free-port.ts';
 import { applyMigrations } from './lib/migrate.ts';
 import { startEmbeddedPostgres } from './lib/pg-embedded.ts';
 import { startRedisRestBridge } from './lib/redis-rest-bridge.ts';
@@ -61,12 +61,7 @@ async function inspectorPort(): Promise<number> {
   if (process.env.INSPECTOR_PORT) {
     return Number(process.env.INSPECTOR_PORT);
   }
-  const free = await new Promise<boolean>((resolve) => {
-    const server = net.createServer();
-    server.once('error', () => resolve(false));
-    server.listen(DEFAULT_INSPECTOR_PORT, '127.0.0.1', () => server.close(() => resolve(true)));
-  });
-  return free ? DEFAULT_INSPECTOR_PORT : freePort();
+  return (await isPortFree(DEFAULT_INSPECTOR_PORT)) ? DEFAULT_INSPECTOR_PORT : freePort();
 }
 
 async function shutdown(code: number): Promise<void> {

@@ -14,3 +14,12 @@ export async function freePort(): Promise<number> {
   }
   return address.port;
 }
+
+/** Whether nothing listens on `port` of 127.0.0.1 right now. */
+export async function isPortFree(port: number): Promise<boolean> {
+  const server = createServer();
+  return new Promise((resolve) => {
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
+}

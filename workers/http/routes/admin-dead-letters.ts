@@ -8,6 +8,7 @@ import { type RedriveResult, redriveDeadLetter } from '../../queue/dead-letters'
 import type { AppEnv } from '../context';
 import { adminAuth } from '../middleware/admin-auth';
 import { valid } from '../middleware/validate';
+import { notFound } from '../on-error';
 
 /** A goods' re-drive-all sends at most this many messages per call. */
 const REDRIVE_ALL_LIMIT = 500;
@@ -33,15 +34,15 @@ function view(row: DeadLetterRow) {
   };
 }
 
-/** Operators' view of messages that exhausted their retries, and the way to send them again. */
-/** Lets through only POST /redrive; any other /:id is no route. */
+/** Lets through only POST /redrive; any other /:id is the app's 404 for no route. */
 const bulkRedrive = createMiddleware<AppEnv>(async (c, next) => {
   if (c.req.param('id') !== 'redrive') {
-    throw new AppError('NOT_FOUND', `no route for ${c.req.method} ${c.req.path}`);
+    return notFound(c);
   }
   await next();
 });
 
+/** Operators' view of messages that exhausted their retries, and the way to send them again. */
 export const adminDeadLetters = new Hono<AppEnv>()
   .use(adminAuth)
 
