@@ -11,8 +11,8 @@ import type { Sale } from './storage';
 // at init and again in the background when it runs low, so a shopper never waits on shard 0
 // unless their shard is dry. A dry shard asks with `dry` set: when the pool cannot cover the
 // batch, shard 0 takes every unsold free unit back from the other shards (give-backs) before
-// the shard answers SOLD_OUT, and from then on hands out shares of what is left. Released units go back to the shard that held the reservation; a
-// give-back moves them to whoever can sell them.
+// the shard answers SOLD_OUT, and from then on hands out shares of what is left. Released units
+// go back to the shard that held the reservation; a give-back moves them to whoever can sell them.
 //
 // Units move between objects exactly once. The receiver of a grant records its id before it
 // asks and credits the units only while that id is still pending; shard 0 remembers the last
@@ -228,7 +228,7 @@ export class Leases {
     if (prior) {
       return prior;
     }
-    this.saveReport(from, reported);
+    this.store.saveReport(from, reported);
     // Another asker's sweep may be the one running, gathering for itself: sweep again if short.
     for (let round = 0; round < 3 && dry && sale.remaining < need; round++) {
       const before = sale.remaining;
@@ -259,7 +259,7 @@ export class Leases {
         this.lastGrantAt = Date.now();
       }
       this.store.saveGrant(from, grantId, units);
-      this.saveReport(from, reported + units);
+      this.store.saveReport(from, reported + units);
       return { units };
     });
     if (granted.units > 0) {
@@ -275,14 +275,9 @@ export class Leases {
 
   /** A shard's stock as it last told shard 0 (after a release there: the next sweep asks it first). */
   report(shard: number, remaining: number): void {
-    this.saveReport(shard, remaining);
-  }
-
-  private saveReport(shard: number, remaining: number): void {
     this.store.saveReport(shard, remaining);
   }
 
-  /** Shard 0's own units plus what the others last reported (an upper bound while they sell). */
   /** A snapshot as a shard of a sharded goods tells it: its place, its pool calls, and (shard 0) the goods' figure. */
   decorate(snapshot: StockSnapshot, sale: Sale): StockSnapshot {
     if (this.row.shards <= 1) {
@@ -313,14 +308,16 @@ export class Leases {
     return figures.reduce((a, b) => a + b, this.host.sale()?.remaining ?? sale.remaining);
   }
 
+  /** Shard 0's own units plus what the others last reported (an upper bound while they sell). */
   goodsRemaining(sale: Sale): number {
     return sale.remaining + this.store.reportedOthers(this.row.shards);
   }
 
   /**
    * The endgame: takes every free unit back from the other shards (except `exclude`), all at
-   * once (those that reported none only if the rest had nothing). From then on shard 0 hands dry shards fair shares of what is left
-   * rather than leases, so the last units stay where every shard can reach them. Single-flight.
+   * once (those that reported none only if the rest had nothing). From then on shard 0 hands dry
+   * shards fair shares of what is left rather than leases, so the last units stay where every
+   * shard can reach them. Single-flight.
    */
   private async sweep(sale: Sale, exclude: number): Promise<void> {
     if (this.sweeping) {
@@ -368,7 +365,7 @@ export class Leases {
       this.store.clearReclaim(j);
       current.remaining += reply.units;
       this.saveRemaining(current);
-      this.saveReport(j, reply.remaining);
+      this.store.saveReport(j, reply.remaining);
       return reply.units;
     });
     if (credited > 0) {
