@@ -2,6 +2,7 @@ import { type SQL, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import type { FailReason, OrderMessage } from '../workers/kernel/contract';
 import { ORDER_STATUS } from '../workers/kernel/order-status';
+import { sleep } from '../workers/kernel/sleep';
 import { webhookOrder } from '../workers/kernel/webhooks';
 import { candidatesJson, outboxInsert } from './webhooks';
 
@@ -44,6 +45,48 @@ function createdEvents(goodsId: number, messages: OrderMessage[], now: number): 
   );
 }
 
+/** Attempts of the write statement when Postgres aborts it for a deadlock or a serialisation failure. */
+const WRITE_ATTEMPTS = 3;
+
+/** Postgres aborted the statement to break a deadlock (40P01) or a serialisation conflict (40001): nothing was written. */
+function abortedForConcurrency(error: unknown): boolean {
+  const code = (error as { cause?: { code?: unknown }; code?: unknown } | null)?.cause?.code ?? (error as { code?: unknown } | null)?.code;
+  return code === '40P01' || code === '40001';
+}
+
+/**
+ * The write statement, again when Postgres aborted it for a deadlock with a concurrent batch of
+ * overlapping messages: the statement is one transaction, rolled back whole, and idempotent, so
+ * running it again at once is what the queue's retry would do, minutes sooner.
+ */
+async function writeStatement(db: SqlExecutor, goodsId: number, messages: OrderMessage[], now: number): Promise<Record<string, unknown>[]> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      // The messages go as they are: the function reads the queue's own field names. The outbox
+      // insert reads the function's answer (a CTE), so both are one statement and one transaction.
+      const { rows } = await db.execute(
+        sql`WITH w AS MATERIALIZED (
+          SELECT f.request_id, f.order_id, f.outcome, f.n
+          FROM seckill_write_orders(${goodsId}::bigint, ${JSON.stringify(messages)}::jsonb, ${new Date(now).toISOString()}::timestamptz)
+            WITH ORDINALITY AS f(request_id, order_id, outcome, n)
+        ), hooks AS (
+          ${outboxInsert(createdEvents(goodsId, messages, now), sql`v.order_id IN (SELECT w.order_id FROM w WHERE w.outcome = 'CREATED')`)}
+        )
+        SELECT w.request_id, w.order_id, w.outcome, h.id AS webhook_id
+        FROM w LEFT JOIN hooks AS h ON h.order_id = w.order_id AND w.outcome = 'CREATED'
+        ORDER BY w.n`,
+      );
+      return rows;
+    } catch (error) {
+      if (attempt >= WRITE_ATTEMPTS || !abortedForConcurrency(error)) {
+        throw error;
+      }
+      // The other writer commits in milliseconds; a little jitter keeps the two from meeting again.
+      await sleep(5 + Math.random() * 20 * attempt);
+    }
+  }
+}
+
 /**
  * Writes one goods' reservations as orders in ONE statement (so one round trip, in its own
  * transaction): the Postgres function seckill_write_orders inserts what does not exist yet,
@@ -58,20 +101,7 @@ export async function writeOrders(db: SqlExecutor, goodsId: number, messages: Or
   if (messages.length === 0) {
     return [];
   }
-  // The messages go as they are: the function reads the queue's own field names. The outbox
-  // insert reads the function's answer (a CTE), so both are one statement and one transaction.
-  const { rows } = await db.execute(
-    sql`WITH w AS MATERIALIZED (
-      SELECT f.request_id, f.order_id, f.outcome, f.n
-      FROM seckill_write_orders(${goodsId}::bigint, ${JSON.stringify(messages)}::jsonb, ${new Date(now).toISOString()}::timestamptz)
-        WITH ORDINALITY AS f(request_id, order_id, outcome, n)
-    ), hooks AS (
-      ${outboxInsert(createdEvents(goodsId, messages, now), sql`v.order_id IN (SELECT w.order_id FROM w WHERE w.outcome = 'CREATED')`)}
-    )
-    SELECT w.request_id, w.order_id, w.outcome, h.id AS webhook_id
-    FROM w LEFT JOIN hooks AS h ON h.order_id = w.order_id AND w.outcome = 'CREATED'
-    ORDER BY w.n`,
-  );
+  const rows = await writeStatement(db, goodsId, messages, now);
   if (rows.length !== messages.length) {
     throw new Error(`seckill_write_orders answered ${rows.length} rows for ${messages.length} messages`);
   }
