@@ -14,7 +14,7 @@ export type WriteResult =
 /** Runs one statement: the HTTP client (one fetch) or a pool's client both fit. */
 export type SqlExecutor = { execute(query: SQL): PromiseLike<{ rows: Record<string, unknown>[] }> };
 
-/** A row of seckill_write_orders (migrations/0001_write_orders.sql). */
+/** A row of seckill_write_orders (migrations/0001_write_orders.sql, last replaced in 0006). */
 const WrittenRow = z.object({
   request_id: z.string(),
   order_id: z.string().nullable(),
@@ -55,9 +55,11 @@ function abortedForConcurrency(error: unknown): boolean {
 }
 
 /**
- * The write statement, again when Postgres aborted it for a deadlock with a concurrent batch of
- * overlapping messages: the statement is one transaction, rolled back whole, and idempotent, so
- * running it again at once is what the queue's retry would do, minutes sooner.
+ * The write statement, again when Postgres aborted it for a deadlock or a serialisation failure:
+ * the statement is one transaction, rolled back whole, and idempotent, so running it again at
+ * once is what the queue's retry would do, minutes sooner. The function inserts in one order
+ * every writer shares (migrations/0006_write_order_locks.sql), so overlapping batches wait for
+ * each other; this covers what that order cannot rule out.
  */
 async function writeStatement(db: SqlExecutor, goodsId: number, messages: OrderMessage[], now: number): Promise<Record<string, unknown>[]> {
   for (let attempt = 1; ; attempt++) {
