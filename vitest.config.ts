@@ -14,68 +14,97 @@ function devVars(): Record<string, string> {
   return vars;
 }
 
-export default defineConfig({
-  test: {
-    reporters: process.env.VITEST_JSON ? ['default', ['json', { outputFile: process.env.VITEST_JSON }]] : ['default'],
-    projects: [
-      {
-        plugins: [
-          cloudflareTest(({ inject }) => ({
-            wrangler: { configPath: './wrangler.toml' },
-            miniflare: {
-              bindings: {
-                ...devVars(),
-                DATABASE_URL: inject('databaseUrl'),
-                PG_WS_PROXY: inject('pgWsProxy'),
-                UPSTASH_REDIS_REST_URL: inject('redisRestUrl'),
-                UPSTASH_REDIS_REST_TOKEN: inject('redisRestToken'),
-              },
-            },
-          })),
-        ],
-        test: {
-          name: 'workers',
-          include: ['test/workers/**/*.test.ts'],
-          globalSetup: ['./test/setup/services.ts'],
-          testTimeout: 60_000,
-          hookTimeout: 60_000,
-          // One file at a time: the files share one Postgres and the runtime limits.
-          maxWorkers: 1,
-          sequence: { groupOrder: 1 },
-          // The packages the Worker and these tests import, pre-bundled once: workerd otherwise loads
-          // zod, hono and drizzle module by module for every test file (~2 s a file). Every bare
-          // import belongs here: one left out would load a second copy of its package beside it.
-          deps: {
-            optimizer: {
-              ssr: {
-                enabled: true,
-                include: [
-                  'zod',
-                  'hono',
-                  'hono/factory',
-                  'hono/jwt',
-                  'hono/utils/jwt/jws',
-                  'hono/http-exception',
-                  'hono/utils/jwt/types',
-                  'hono/utils/jwt/jwt',
-                  'hono/utils/http-status',
-                  'hono/route',
-                  'hono/body-limit',
-                  'hono/router/reg-exp-router',
-                  '@hono/zod-validator',
-                  'drizzle-orm',
-                  'drizzle-orm/pg-core',
-                  'drizzle-orm/neon-serverless',
-                  'drizzle-orm/neon-http',
-                  '@neondatabase/serverless',
-                  '@upstash/redis/cloudflare',
-                  'fast-check',
-                ],
-              },
-            },
+/**
+ * The Worker test files that act on the whole database, not only on goods of their own: the
+ * crons (the overdue sweep and the reconciliation run over every goods, at clocks hours ahead),
+ * the shop's one webhook endpoint, the dead-letter lists and re-drives, the admin routes fed
+ * hostile input, and the count of every Postgres session the bridge opened. They run one at a
+ * time, after the others.
+ */
+const WHOLE_DATABASE_FILES = [
+  'config-entry',
+  'dead-letters-redrive',
+  'hostile-input',
+  'lifecycle-mixed',
+  'lifecycle-orders',
+  'orders-guard',
+  'outbox-resend',
+  'reconcile-repair',
+  'sale-rules-mixed',
+  'webhooks',
+].map((name) => `test/workers/${name}.integration.test.ts`);
+
+/**
+ * The packages the Worker and its tests import, pre-bundled once: workerd otherwise loads zod,
+ * hono and drizzle module by module for every test file (~2 s a file). Every bare import belongs
+ * here: one left out would load a second copy of its package beside it.
+ */
+const WORKER_DEPS = [
+  'zod',
+  'hono',
+  'hono/factory',
+  'hono/jwt',
+  'hono/utils/jwt/jws',
+  'hono/http-exception',
+  'hono/utils/jwt/types',
+  'hono/utils/jwt/jwt',
+  'hono/utils/http-status',
+  'hono/route',
+  'hono/body-limit',
+  'hono/router/reg-exp-router',
+  '@hono/zod-validator',
+  'drizzle-orm',
+  'drizzle-orm/pg-core',
+  'drizzle-orm/neon-serverless',
+  'drizzle-orm/neon-http',
+  '@neondatabase/serverless',
+  '@upstash/redis/cloudflare',
+  'fast-check',
+];
+
+/**
+ * A project of Worker test files. Each file runs in a workerd of its own (its own objects and
+ * their storage); what they share is the Postgres (and Redis) the global setup starts.
+ * `maxWorkers` files run at once.
+ */
+function workersProject(name: string, files: { include: string[]; exclude?: string[] }, maxWorkers: number, groupOrder: number) {
+  return {
+    plugins: [
+      cloudflareTest(({ inject }) => ({
+        wrangler: { configPath: './wrangler.toml' },
+        miniflare: {
+          bindings: {
+            ...devVars(),
+            DATABASE_URL: inject('databaseUrl'),
+            PG_WS_PROXY: inject('pgWsProxy'),
+            UPSTASH_REDIS_REST_URL: inject('redisRestUrl'),
+            UPSTASH_REDIS_REST_TOKEN: inject('redisRestToken'),
           },
         },
-      },
+      })),
+    ],
+    test: {
+      name,
+      ...files,
+      testTimeout: 60_000,
+      hookTimeout: 60_000,
+      maxWorkers,
+      sequence: { groupOrder },
+      deps: { optimizer: { ssr: { enabled: true, include: WORKER_DEPS } } },
+    },
+  };
+}
+
+export default defineConfig({
+  test: {
+    // Once for the whole run: what the Worker tests talk to (the projects inherit what it provides).
+    globalSetup: ['./test/setup/services.ts'],
+    reporters: process.env.VITEST_JSON ? ['default', ['json', { outputFile: process.env.VITEST_JSON }]] : ['default'],
+    projects: [
+      // Two files at a time: each goods a file makes is its own, and nothing else they share
+      // changes under them. Then the files that act on the whole database, one at a time.
+      workersProject('workers', { include: ['test/workers/**/*.test.ts'], exclude: WHOLE_DATABASE_FILES }, 2, 1),
+      workersProject('workers-whole-db', { include: WHOLE_DATABASE_FILES }, 1, 2),
       {
         test: {
           name: 'node',

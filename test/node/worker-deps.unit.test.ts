@@ -1,6 +1,6 @@
-// The Worker tests pre-bundle the packages the Worker imports (vitest.config.ts): a bare import
-// missing from that list loads a second copy of its package beside the bundled one, and the
-// Worker tests then fail in ways that do not name the import. This names it.
+// The Worker tests pre-bundle the packages the Worker imports (vitest.config.ts, WORKER_DEPS): a
+// bare import missing from that list loads a second copy of its package beside the bundled one,
+// and the Worker tests then fail in ways that do not name the import. This names it.
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -33,7 +33,7 @@ function bareImports(): Map<string, string> {
 describe('Worker test dependencies', () => {
   it('pre-bundles every package the Worker and its tests import', () => {
     const config = readFileSync(join(root, 'vitest.config.ts'), 'utf8');
-    const start = config.indexOf('include: [', config.indexOf('optimizer'));
+    const start = config.indexOf('WORKER_DEPS = [');
     const list = config.slice(start, config.indexOf(']', start));
     const bundled = new Set([...list.matchAll(/'([^']+)'/g)].map((m) => m[1]));
     const missing = [...bareImports()].filter(([spec]) => !bundled.has(spec)).map(([spec, file]) => `${spec} (${file})`);
