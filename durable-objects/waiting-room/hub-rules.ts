@@ -219,9 +219,11 @@ export function decide(
   const fresh = reports.filter((r) => now - r.receivedAt <= STALE_REPORT_MS);
   const lanes = fresh.map((r) => laneOf(r, state.cursor));
   // Below the lowest horizon every waiting key of every shard is known (strings: no Math.min).
+  // A quiet shard's next key reaches this object before its shopper hears of the join, so it
+  // holds nothing back: keys fresher than the grace wait for the next decision anyway.
   let horizon = lanes.length > 0 ? timeHorizon(now - FRESH_JOIN_GRACE_MS) : NOTHING;
-  for (const l of lanes) {
-    if (l.horizon < horizon) {
+  for (const [i, l] of lanes.entries()) {
+    if (!fresh[i]?.quiet && l.horizon < horizon) {
       horizon = l.horizon;
     }
   }

@@ -46,6 +46,8 @@ export class ShardRoom {
   private arrivals = 0;
   private reporting = false;
   private reportedAt = 0;
+  /** The last report said nothing waits here: the next waiting shopper is reported before the join is answered. */
+  private quietReported = false;
   private alarmAt: number | null = null;
 
   constructor(
@@ -120,9 +122,12 @@ export class ShardRoom {
     this.counters.joined += known ? 0 : 1;
     this.arrivals++;
     this.schedule(now + TICK_MS);
-    if (Date.now() - this.reportedAt > TICK_MS * 2) {
+    // A report on its way was built before this ticket: if it says quiet, this one follows it.
+    const afterQuiet = t.round === null && (this.quietReported || this.reporting);
+    if (Date.now() - this.reportedAt > TICK_MS * 2 || afterQuiet) {
       // The first shopper of a quiet shard: tell the coordinator now (it leaves keys this fresh
-      // for its next decision until then), and answer with its figures.
+      // for its next decision until then, and a quiet report held nobody back), and answer
+      // with its figures.
       await this.freshReport();
     }
     return { ok: true, view: await this.s.view(t, Date.now()) };
@@ -289,6 +294,7 @@ export class ShardRoom {
       messages: this.counters.messages,
       live: this.ctx.getWebSockets().length,
       round: this.s.knownRound,
+      quiet: beyond.length === 0 && this.s.book.unkeyed.size === 0,
     };
   }
 
@@ -298,7 +304,7 @@ export class ShardRoom {
     while (this.reporting && Date.now() < until) {
       await sleep(5);
     }
-    if (Date.now() - this.reportedAt > 50) {
+    if (this.quietReported || Date.now() - this.reportedAt > 50) {
       await this.report();
     }
   }
@@ -313,6 +319,7 @@ export class ShardRoom {
       const report = this.buildReport(goods, Date.now());
       const reply = await roomHub(this.env, { id: goods.goodsId, locationHint: goods.locationHint }).report(report);
       this.reportedAt = Date.now();
+      this.quietReported = report.quiet === true;
       this.arrivals -= report.arrivals;
       this.s.hub = reply;
       for (const r of reply.rounds) {

@@ -219,6 +219,21 @@ describe("the coordinator's decision", () => {
     expect(d.view.preQueued).toBe(50);
   });
 
+  it('is not held back by a shard that went quiet: its next waiting shopper is reported before the join is answered', () => {
+    const g = goods({ admitPerSecond: 10 });
+    // Shard 0 saw demand a while ago, reported an empty line and has been idle since; shard 1
+    // has a shopper who joined at 4.0 s. A quiet report does not hold the order horizon at its time.
+    const idle = { ...report({ waiting: [], admitted: [], known: 0, cursor: '' }, 0, 1_000, g), quiet: true };
+    const key = arrivalKey(4_000, 'late');
+    const busy = report({ waiting: [key], admitted: [], known: 0, cursor: '' }, 1, 5_000, g);
+    const d = decide(initialHubState(g, 0), [idle, busy], g, undefined, 0, 5_000, TICK);
+    expect(d.state.cursor).toBe(key);
+    // The same empty report without the flag (a shard that will report its next key only on its
+    // tick) still holds keys after its time back, as it must.
+    const held = decide(initialHubState(g, 0), [{ ...idle, quiet: undefined }, busy], g, undefined, 0, 5_000, TICK);
+    expect(held.state.round).toBe(0);
+  });
+
   it('in auto mode holds a line while arrivals exceed the rate, and lets go once it is empty and quiet', () => {
     const g = goods({ mode: 'auto', admitPerSecond: 5 });
     const empty = (now: number) => report({ waiting: [], admitted: [], known: 0, cursor: '' }, 0, now, g);

@@ -116,6 +116,12 @@ export type ShardReport = {
   exact: number;
   /** Every waiting key of this shard below this one is in `keys` (exclusive bound). */
   horizon: string;
+  /**
+   * Nothing waiting here (no key above the cursor, no pre-queue ticket), and the shard reports
+   * its next waiting shopper before answering that join: until then it holds nobody else's
+   * order back, however long it stays idle. Absent: the horizon holds (older shards).
+   */
+  quiet?: boolean;
   /** Admitted tickets whose pass or token may still buy, with no result yet. */
   outstanding: number;
   /** Joins and token requests since the last report (the demand `auto` watches). */
