@@ -45,10 +45,11 @@ describe('the dev cron', () => {
     const fired = worker.calls.length;
     expect(fired).toBeGreaterThanOrEqual(3);
     expect(worker.calls.every((c) => c.path === '/__scheduled' && c.cron === '* * * * *')).toBe(true);
-    expect(lines).toHaveLength(fired);
-    expect(lines[0]).toMatch(/^cron \d\d:\d\d:\d\d: 200 Ran scheduled event \(\d+ ms\)$/);
+    // A firing the Worker took just before the stop still says its line when its answer comes.
     await sleep(500);
     expect(worker.calls).toHaveLength(fired);
+    expect(lines).toHaveLength(fired);
+    expect(lines[0]).toMatch(/^cron \d\d:\d\d:\d\d: 200 Ran scheduled event \(\d+ ms\)$/);
   });
 
   it('says so when the Worker cannot be reached, and keeps firing', async () => {
