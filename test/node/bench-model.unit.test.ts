@@ -1,11 +1,11 @@
 // The bench's capacity model and its CPU attribution (scripts/lib/bench/model.ts, objects.ts):
-// the ceilings it computes from calls per purchase, the class it names, and which object a
-// profile sample's CPU goes to.
+// the ceilings it computes from calls per purchase, the class it names, which object a profile
+// sample's CPU goes to, and the calls waited on one after another under the object delay.
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { capacityModel, modelInputs, objectsPerGoods } from '../../scripts/lib/bench/model.ts';
+import { callsWaited, capacityModel, modelInputs, objectsPerGoods } from '../../scripts/lib/bench/model.ts';
 import { bundleModules, byClass, classOfFile, cpuByClass } from '../../scripts/lib/bench/objects.ts';
 import type { CpuProfile } from '../../scripts/lib/bench/profile.ts';
 
@@ -88,5 +88,14 @@ describe('CPU by object class', () => {
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('the delay phase', () => {
+  it('reads calls waited one after another from the extra latency, and never fewer than none', () => {
+    expect(callsWaited(180, 80, 50)).toBe(2);
+    expect(callsWaited(156, 119, 50)).toBe(0.74);
+    // The undelayed phase queued longer at its p99 than the delayed one: noise, not calls.
+    expect(callsWaited(366, 910, 50)).toBe(0);
   });
 });

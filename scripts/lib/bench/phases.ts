@@ -9,7 +9,7 @@ import { acceptedCollector, purchaseRequests } from './buyers.ts';
 import type { PhaseOptions, PhaseResult } from './cannon.ts';
 import { type ClassicRun, classicServices, runClassic } from './classic/index.ts';
 import type { BenchSecrets, Minter } from './mint.ts';
-import { type CapacityModel, type ClassInputs, capacityModel, modelInputs } from './model.ts';
+import { type CapacityModel, type ClassInputs, callsWaited, capacityModel, modelInputs } from './model.ts';
 import { bundleModules, byClass, type ClassCalls, countCalls, cpuByClass, journeys, type ObjectCallsApi } from './objects.ts';
 import type { BenchOptions } from './options.ts';
 import type { Profiler } from './profile.ts';
@@ -113,7 +113,7 @@ export async function modelPhase(
 export type DelayPhase = PhaseResult & {
   delayMs: number;
   accepted: number;
-  /** Object calls a purchase waited on one after another: (p50 - p50 undelayed) / delay, and the same at p99. */
+  /** Object calls a purchase waited on one after another: (p50 - p50 undelayed) / delay, at least 0, and the same at p99. */
   sequentialCallsP50: number;
   sequentialCallsP99: number;
 };
@@ -137,8 +137,8 @@ export async function delayPhase(c: BenchContext, baseline: PhaseResult): Promis
       ...phase,
       delayMs,
       accepted: accepted.size,
-      sequentialCallsP50: round((phase.p50Ms - baseline.p50Ms) / delayMs, 2),
-      sequentialCallsP99: round((phase.p99Ms - baseline.p99Ms) / delayMs, 2),
+      sequentialCallsP50: callsWaited(phase.p50Ms, baseline.p50Ms, delayMs),
+      sequentialCallsP99: callsWaited(phase.p99Ms, baseline.p99Ms, delayMs),
     },
     goods: [{ name: `object delay ${delayMs} ms`, goodsId: goods.goodsId, accepted }],
   };
