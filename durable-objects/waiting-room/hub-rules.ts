@@ -96,7 +96,8 @@ export function initialHubState(goods: RoomGoods, now: number): HubState {
 }
 
 /** One shard's report seen from the current cursor: its keys above it, ranks counted from there. */
-type Lane = { keys: string[]; ranks: number[]; exact: number; waiting: number; horizon: string; covered: number };
+/** `quiet`: the shard had nobody waiting and reports its next waiting shopper at once, so its horizon holds nothing back. */
+type Lane = { keys: string[]; ranks: number[]; exact: number; waiting: number; horizon: string; quiet: boolean; covered: number };
 
 function laneOf(r: Reported, cursor: string): Lane {
   const i0 = cursor === '' ? 0 : lowerBound(r.keys.keys, after(cursor));
@@ -108,6 +109,7 @@ function laneOf(r: Reported, cursor: string): Lane {
     exact: Math.max(0, r.exact - i0),
     waiting: Math.max(0, r.waiting - base),
     horizon: r.horizon,
+    quiet: r.quiet === true,
     covered: base + r.covered,
   };
 }
@@ -222,8 +224,8 @@ export function decide(
   // A quiet shard's next key reaches this object before its shopper hears of the join, so it
   // holds nothing back: keys fresher than the grace wait for the next decision anyway.
   let horizon = lanes.length > 0 ? timeHorizon(now - FRESH_JOIN_GRACE_MS) : NOTHING;
-  for (const [i, l] of lanes.entries()) {
-    if (!fresh[i]?.quiet && l.horizon < horizon) {
+  for (const l of lanes) {
+    if (!l.quiet && l.horizon < horizon) {
       horizon = l.horizon;
     }
   }
