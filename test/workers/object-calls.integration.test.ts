@@ -51,6 +51,20 @@ describe('object-call accounting', () => {
     expect(await settled(goodsId)).toMatchObject({ doRemaining: 4, orders: { PENDING_PAYMENT: 1 } });
   });
 
+  it('counts a consumer call one request however many results it carries, and an edge batch one per item', async () => {
+    const goods = { id: 987_003, locationHint: null };
+    await setCalls({ watch: true, reset: true });
+    const stub = goodsStock(env, goods);
+    await stub.settle([
+      { requestId: '987003.aaaaaaaaaaaaaaaaaaaaaa', ok: false, reason: 'SOLD_OUT' },
+      { requestId: '987003.bbbbbbbbbbbbbbbbbbbbbb', ok: false, reason: 'SOLD_OUT' },
+    ]);
+    await stub.reserveMany(goods.id, []);
+    const { counts } = await readCalls();
+    expect(counts.GoodsStock?.settle).toEqual({ calls: 1, items: 1 });
+    expect(counts.GoodsStock?.reserveMany).toEqual({ calls: 1, items: 0 });
+  });
+
   it('delays every call it counts and still delivers it', async () => {
     const { goodsId } = await createGoods({ stock: 5 });
     expect(await setCalls({ watch: true, delayMs: 20, reset: true })).toMatchObject({ watch: true, delayMs: 20 });

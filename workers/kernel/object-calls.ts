@@ -73,8 +73,17 @@ export function setObjectCalls(body: ObjectCallsBody, now = Date.now()): ObjectC
   return objectCalls();
 }
 
-/** Requests one call carries: the length of its first array argument (a batch), else 1. */
-function itemsOf(args: unknown[]): number {
+/**
+ * Calls a queue consumer makes with what one batch of its messages settled: in production too
+ * one call carries them all, so each counts as one request however many results it carries.
+ */
+const CONSUMER_BATCHES = new Set(['GoodsStock.settle', 'WaitingRoom.results']);
+
+/** Requests one call carries: the length of its first array argument (a batch of the edge's requests), else 1. */
+function itemsOf(cls: string, method: string, args: unknown[]): number {
+  if (CONSUMER_BATCHES.has(`${cls}.${method}`)) {
+    return 1;
+  }
   const batch = args.find((a) => Array.isArray(a));
   return Array.isArray(batch) ? batch.length : 1;
 }
@@ -84,7 +93,7 @@ function record(cls: string, method: string, args: unknown[]): void {
   counts[cls] = byMethod;
   const c = byMethod[method] ?? { calls: 0, items: 0 };
   c.calls += 1;
-  c.items += itemsOf(args);
+  c.items += itemsOf(cls, method, args);
   byMethod[method] = c;
 }
 
