@@ -6,7 +6,7 @@
 import { loadavg } from 'node:os';
 import { acceptedCollector, purchaseRequests } from './lib/bench/buyers.ts';
 import { runPhase } from './lib/bench/cannon.ts';
-import { batchSummary, measureConsumer, measureInsertFloor, orderMessages } from './lib/bench/consumer.ts';
+import { batchSummary, INSERT_FLOOR_ROWS, measureConsumer, measureInsertFloor, orderMessages } from './lib/bench/consumer.ts';
 import { benchInvariants } from './lib/bench/invariants.ts';
 import { benchSecrets, shopperMinter } from './lib/bench/mint.ts';
 import { byClass, countCalls, objectCallsApi } from './lib/bench/objects.ts';
@@ -22,8 +22,6 @@ import { httpClient } from './lib/load/http-client.ts';
 import { fmt, round } from './lib/load/metrics.ts';
 import { buildBundle } from './lib/miniflare-stack.ts';
 
-/** The order consumer's batch size (wrangler.toml, max_batch_size of the order queue). */
-const CONSUMER_BATCH = 100;
 const say = (line: string) => process.stderr.write(`${line}\n`);
 
 async function bench(o: BenchOptions) {
@@ -156,7 +154,7 @@ async function bench(o: BenchOptions) {
     });
     const backlogEnded = Date.now();
     say('Insert floor: the same rows as plain multi-row INSERTs...');
-    const insertFloor = await measureInsertFloor({ databaseUrl: stack.services.databaseUrl, messages, batchSize: CONSUMER_BATCH });
+    const insertFloor = await measureInsertFloor({ databaseUrl: stack.services.databaseUrl, messages, batchSize: INSERT_FLOOR_ROWS });
 
     const model = await modelPhase(ctx, { calls: byClass(purchaseCalls), accepted: acceptedInPhase.size, rps: purchase.rps });
     const delayed = o.objectDelayMs > 0 ? await delayPhase(ctx, purchase) : undefined;

@@ -1,13 +1,15 @@
 import { backoffSeconds } from '../../workers/kernel/backoff';
-import type { OrderMessage } from '../../workers/kernel/contract';
+import type { OrderMessage, OrderPack } from '../../workers/kernel/contract';
 import { failQueueSendIfAsked } from '../../workers/kernel/dev-faults';
 import { log } from '../../workers/kernel/log';
 import type { RetrySchedule } from '../../workers/kernel/retry-schedule';
 import { count } from '../../workers/metrics/registry';
-import type { StockStorage } from './storage';
+import { sendsOf } from './packs';
+import type { OutboxRow, StockStorage } from './storage';
 
 // The local message table (本地消息表): an accepted reservation's order message is written in
-// the same transaction as the decrement, then sent to the order queue. The row stays until the
+// the same transaction as the decrement, then sent to the order queue, the rows of one flush in
+// order packs (one message for up to PACK_ORDERS_MAX orders). The row stays until the
 // order consumer settles the reservation (an order, or a failure with a reason): a send that
 // fails is retried with backoff, and a message the queue took but that never settled (its
 // retries and its dead letter lost while Postgres was down, say) is sent again after
@@ -15,7 +17,6 @@ import type { StockStorage } from './storage';
 // The consumer is idempotent, so a copy that arrives after the order was made is a no-op. The
 // object's one alarm drives all of it, reading only the rows that are due (an index on next_at).
 
-const SEND_BATCH_MAX = 100;
 const ROWS_PER_FLUSH = 1000;
 /**
  * How long the rows of a reservation call wait for the next calls' before they go to the queue
@@ -110,29 +111,33 @@ export class Outbox {
     if (rows.length === 0) {
       return;
     }
+    const goodsId = this.host.goodsId();
     const schedule = this.host.schedule();
     const resend = { baseMs: schedule.resendSeconds * 1000, capMs: schedule.resendCapSeconds * 1000 };
-    for (let i = 0; i < rows.length; i += SEND_BATCH_MAX) {
-      const chunk = rows.slice(i, i + SEND_BATCH_MAX);
-      const seqs = chunk.map((r) => r.seq);
+    let done = 0;
+    for (const send of sendsOf(rows)) {
       try {
         if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
           failQueueSendIfAsked();
         }
-        // The bodies were written by this object from a typed OrderMessage.
-        await this.host.queue().sendBatch(chunk.map((r) => ({ body: JSON.parse(r.body) as OrderMessage, contentType: 'json' })));
-        this.store.markSent(seqs, Date.now(), resend);
-        const resent = chunk.filter((r) => r.sends > 0).length;
+        await this.host.queue().sendBatch(send.packs.map((pack) => ({ body: packOf(pack), contentType: 'json' })));
+        this.store.markSent(
+          send.rows.map((r) => r.seq),
+          Date.now(),
+          resend,
+        );
+        done += send.rows.length;
+        const resent = send.rows.filter((r) => r.sends > 0).length;
         if (resent > 0) {
-          count('seckill_outbox_resends_total', { goods_id: String(this.host.goodsId()) }, resent);
+          count('seckill_outbox_resends_total', { goods_id: String(goodsId) }, resent);
         }
       } catch (error) {
-        const attempts = Math.max(...chunk.map((r) => r.attempts)) + 1;
+        const attempts = Math.max(...send.rows.map((r) => r.attempts)) + 1;
         const retryAt = Date.now() + backoffSeconds(attempts, schedule.outboxRetryCapSeconds) * 1000;
-        log.warn('goods_stock.outbox_send_failed', { goodsId: this.host.goodsId(), rows: chunk.length, attempts, error });
+        log.warn('goods_stock.outbox_send_failed', { goodsId, rows: send.rows.length, attempts, error });
         // The rest of this run waits too: the queue that refused one batch would refuse the next.
         this.store.retryOutbox(
-          rows.slice(i).map((r) => r.seq),
+          rows.slice(done).map((r) => r.seq),
           retryAt,
         );
         this.host.retryAt(retryAt);
@@ -140,4 +145,10 @@ export class Outbox {
       }
     }
   }
+}
+
+function packOf(rows: readonly OutboxRow[]): OrderPack {
+  // The bodies were written by this object from a typed OrderMessage, all of its one goods.
+  const orders = rows.map((r) => JSON.parse(r.body) as OrderMessage);
+  return { v: 1, kind: 'reserve-pack', goodsId: (orders[0] as OrderMessage).goodsId, orders };
 }

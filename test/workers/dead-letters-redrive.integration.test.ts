@@ -119,6 +119,31 @@ describe('dead letters', () => {
     expect(await json(again)).toMatchObject({ error: { code: 'CONFLICT' } });
   });
 
+  it('keeps a dead order pack one row per order, each re-driven on its own into an order', async () => {
+    const goodsId = await goodsRow(2);
+    const orders = [orderMessage(goodsId, 11), orderMessage(goodsId, 12)];
+    const pack = { v: 1, kind: 'reserve-pack', goodsId, orders };
+    const batch = createMessageBatch('seckill-orders', [message(pack)]);
+    const ctx = createExecutionContext();
+    await consumeOrders(batch, postgresDown);
+    expect((await getQueueResult(batch, ctx)).retryMessages).toHaveLength(1);
+
+    expect((await deadLetterOf(pack)).ackAll).toBe(true);
+    const rows = await listed(`?goodsId=${goodsId}`);
+    expect(rows.map((r) => r.messageKey).sort()).toEqual(orders.map((o) => `order:${o.requestId}`).sort());
+    expect(rows.every((r) => r.queue === 'orders' && r.attempts === 9)).toBe(true);
+    expect((await stats(goodsId)).deadLetters).toBe(2);
+
+    const res = await call('/admin/dead-letters/redrive', { method: 'POST', headers: ADMIN, json: { goodsId } });
+    expect(res.status).toBe(200);
+    expect(await json(res)).toMatchObject({ goodsId, redriven: 2, skipped: [] });
+    const made = await eventually(async () => {
+      const found = await sql((db) => db.select().from(seckillOrder).where(eq(seckillOrder.goodsId, goodsId)));
+      return found.length === 2 ? found : undefined;
+    });
+    expect(made.map((o) => o.id).sort()).toEqual(orders.map((o) => o.orderId).sort());
+  });
+
   it('re-drives a dead timeout message, which closes the overdue order and returns its unit', async () => {
     const { goodsId } = await createGoods({ stock: 2 });
     const { orderId, jwt } = await buyOrder('dl-timeout', goodsId);

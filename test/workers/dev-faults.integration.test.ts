@@ -49,6 +49,19 @@ async function orderMessages(goodsId: number, users: string[]): Promise<OrderMes
   );
 }
 
+/** A queue that keeps what is sent to it (the consumer's second deliveries) and delivers nothing. */
+function recordingQueue() {
+  const sent: unknown[] = [];
+  const queue = {
+    sendBatch: async (messages: Iterable<MessageSendRequest>) => {
+      for (const m of messages) {
+        sent.push(m.body);
+      }
+    },
+  } as unknown as Queue;
+  return { sent, queue };
+}
+
 async function deliver(bodies: unknown[], workerEnv: Env) {
   const batch = createMessageBatch(
     'seckill-orders',
@@ -118,14 +131,7 @@ describe('the fault switches', () => {
 
   it('duplicateDeliveries sends each order message to the queue once more, and only once', async () => {
     const { goodsId } = await createGoods({ stock: 5 });
-    const sent: unknown[] = [];
-    const queue = {
-      sendBatch: async (messages: Iterable<MessageSendRequest>) => {
-        for (const m of messages) {
-          sent.push(m.body);
-        }
-      },
-    } as unknown as Queue;
+    const { sent, queue } = recordingQueue();
     await setFaults({ duplicateDeliveries: 60 });
     const messages = await orderMessages(goodsId, ['fault-dup-1', 'fault-dup-2']);
     expect(messages).toHaveLength(2);
@@ -138,5 +144,18 @@ describe('the fault switches', () => {
       const rows = await sql((db) => db.select().from(seckillOrder).where(eq(seckillOrder.goodsId, goodsId)));
       return rows.length === 2;
     });
+  });
+  it('duplicateDeliveries doubles a pack as a whole, once, and its orders are made once', async () => {
+    const { goodsId } = await createGoods({ stock: 5 });
+    const { sent, queue } = recordingQueue();
+    await setFaults({ duplicateDeliveries: 60 });
+    const pack = { v: 1, kind: 'reserve-pack', goodsId, orders: await orderMessages(goodsId, ['fault-pack-1', 'fault-pack-2']) };
+    expect((await deliver([pack], { ...env, ORDER_QUEUE: queue })).explicitAcks).toHaveLength(1);
+    expect(sent).toEqual([pack]);
+    // The copy arrives: nothing new is made, and it is not doubled again.
+    expect((await deliver(sent, { ...env, ORDER_QUEUE: queue })).explicitAcks).toHaveLength(1);
+    expect(sent).toHaveLength(1);
+    const rows = await sql((db) => db.select().from(seckillOrder).where(eq(seckillOrder.goodsId, goodsId)));
+    expect(rows.map((r) => r.userId).sort()).toEqual(['fault-pack-1', 'fault-pack-2']);
   });
 });

@@ -210,7 +210,7 @@ describe('order consumer', () => {
     expect(result.retryMessages).toHaveLength(2);
   });
 
-  it('groups by goods and drops in-batch duplicates (pure)', () => {
+  it('groups lone orders and packs by goods, writes a reservation once and leaves every message to its group (pure)', () => {
     const body = (goodsId: number, r: string) => ({
       v: 1,
       kind: 'reserve',
@@ -224,13 +224,26 @@ describe('order consumer', () => {
       payTimeoutSeconds: 900,
       reservedAt: 1,
     });
+    const pack = (goodsId: number, ...orders: unknown[]) => ({ v: 1, kind: 'reserve-pack', goodsId, orders });
     let acked = 0;
     const msg = (b: unknown) =>
       ({ id: 'i', timestamp: new Date(), attempts: 1, body: b, ack: () => acked++, retry: () => {} }) as unknown as Message<unknown>;
-    const { groups, malformed } = groupByGoods([msg(body(1, 'a')), msg(body(1, 'a')), msg(body(2, 'b')), msg({})]);
+    const { groups, malformed } = groupByGoods([
+      msg(body(1, 'a')),
+      msg(pack(1, body(1, 'a'), body(1, 'c'))),
+      msg(body(2, 'b')),
+      msg({}),
+      // A pack that mixes goods, an empty one and one with a bad order are malformed as a whole.
+      msg(pack(1, body(1, 'd'), body(2, 'e'))),
+      msg(pack(1)),
+      msg(pack(2, body(2, 'f'), { ...body(2, 'g'), requestId: 'nonsense' })),
+    ]);
     expect([...groups.keys()]).toEqual([1, 2]);
-    expect(groups.get(1)).toHaveLength(1);
-    expect(malformed).toHaveLength(1);
-    expect(acked).toBe(1);
+    expect(groups.get(1)?.orders.map((o) => o.requestId)).toEqual([body(1, 'a').requestId, body(1, 'c').requestId]);
+    expect(groups.get(1)?.messages).toHaveLength(2);
+    expect(groups.get(2)?.orders).toHaveLength(1);
+    expect(malformed).toHaveLength(4);
+    // Nothing is acked before its group's write and settle.
+    expect(acked).toBe(0);
   });
 });

@@ -12,7 +12,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { reconciliationReport, seckillOrder } from '../../db/schema';
 import type { GoodsStock } from '../../durable-objects/goods-stock/index';
 import worker from '../../workers/index';
-import type { OrderMessage, ReserveItem } from '../../workers/kernel/contract';
+import type { OrderMessage, OrderPack, ReserveItem } from '../../workers/kernel/contract';
 import { consumeDeadLetters } from '../../workers/queue/dead-letters';
 import { createGoods, eventually, metric, reconcileNow, scrape, settled, spreadGoodsIds, sql, stats, stockObject } from './helpers';
 
@@ -38,17 +38,24 @@ function item(goodsId: number, userId: string): ReserveItem {
   };
 }
 
-/** A queue that takes every message and delivers none (what the consumer never saw, or gave up on), noting when. */
+/**
+ * A queue that takes every message and delivers none (what the consumer never saw, or gave up
+ * on), noting when: `sent` holds each order of the packs as it went, `packs` the messages.
+ */
 function lossyQueue() {
   const sent: { body: OrderMessage; at: number }[] = [];
+  const packs: OrderPack[] = [];
   const queue = {
-    sendBatch: async (messages: Iterable<MessageSendRequest<OrderMessage>>) => {
+    sendBatch: async (messages: Iterable<MessageSendRequest<OrderPack>>) => {
       for (const m of messages) {
-        sent.push({ body: m.body, at: Date.now() });
+        packs.push(m.body);
+        for (const order of m.body.orders) {
+          sent.push({ body: order, at: Date.now() });
+        }
       }
     },
   } as unknown as Queue;
-  return { sent, queue };
+  return { sent, packs, queue };
 }
 
 /** Gives the object other bindings (it reads this.env when it sends and when it reads its schedule). */
@@ -130,9 +137,12 @@ describe('an accepted reservation outlives its lost messages', () => {
 
     // Postgres is down: the order queue's last retry fails, then the dead-letter consumer's,
     // after which the queue drops the messages.
-    const last = await deliverOrders(messages, 9, postgresDown);
-    expect(last.retryMessages).toHaveLength(3);
-    const dead = await deliverDeadLetters(messages, 100, postgresDown);
+    // The object sent them as packs (one, as they were accepted in one call).
+    const packs = lost.packs.slice();
+    expect(packs.map((p) => p.orders.length)).toEqual([3]);
+    const last = await deliverOrders(packs, 9, postgresDown);
+    expect(last.retryMessages).toHaveLength(1);
+    const dead = await deliverDeadLetters(packs, 100, postgresDown);
     expect(dead.retryBatch.retry).toBe(true);
     expect(await ordersOf(goodsId)).toHaveLength(0);
     expect(await stub.snapshot()).toMatchObject({ queued: 3, outboxPending: 0 });

@@ -114,6 +114,39 @@ export const OrderMessage = z.object({
 });
 export type OrderMessage = z.infer<typeof OrderMessage>;
 
+/** Orders one pack carries at most; the object's outbox also keeps a pack under PACK_BYTES_MAX. */
+export const PACK_ORDERS_MAX = 100;
+
+/**
+ * Order pack: several reservations of one goods in one queue message. The queue's cost is per
+ * message (its broker's, and the consumer's batch size counts messages), so the goods' object
+ * sends what one flush of its outbox holds as packs. Each order in it is what a lone message
+ * would carry; the consumer takes both forms, and a dead pack is kept one row per order.
+ */
+export const OrderPack = z
+  .object({
+    v: z.literal(1),
+    kind: z.literal('reserve-pack'),
+    goodsId: z.number().int().positive(),
+    orders: z.array(OrderMessage).min(1).max(PACK_ORDERS_MAX),
+  })
+  .refine((p) => p.orders.every((o) => o.goodsId === p.goodsId), { message: 'a pack carries one goods' });
+export type OrderPack = z.infer<typeof OrderPack>;
+
+/** What the order queue carries: a lone reservation (a re-driven dead letter, say) or a pack. */
+export type OrderQueueMessage = OrderMessage | OrderPack;
+
+/** The orders a message of the order queue carries, in order, or null when it is neither form. */
+export function parseOrderQueueMessage(body: unknown): OrderMessage[] | null {
+  const kind = typeof body === 'object' && body !== null && 'kind' in body ? body.kind : undefined;
+  if (kind === 'reserve-pack') {
+    const pack = OrderPack.safeParse(body);
+    return pack.success ? pack.data.orders : null;
+  }
+  const order = OrderMessage.safeParse(body);
+  return order.success ? [order.data] : null;
+}
+
 /** Delayed message that closes an order still unpaid at its deadline. */
 export const TimeoutMessage = z.object({
   v: z.literal(1),

@@ -96,8 +96,11 @@ export function failAfterWriteIfAsked(now = Date.now()): void {
   }
 }
 
+/** The reservation an order message names (a pack: its first order's), to double each once. */
 function requestIdOf(body: unknown): string | undefined {
-  const id = typeof body === 'object' && body !== null && 'requestId' in body ? body.requestId : undefined;
+  const orders = typeof body === 'object' && body !== null && 'orders' in body && Array.isArray(body.orders) ? body.orders : undefined;
+  const order: unknown = orders ? orders[0] : body;
+  const id = typeof order === 'object' && order !== null && 'requestId' in order ? order.requestId : undefined;
   return typeof id === 'string' ? id : undefined;
 }
 

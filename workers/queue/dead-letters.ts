@@ -17,23 +17,36 @@ const DEAD_LETTER_RETRY_SECONDS = 30;
 
 export type SourceQueue = 'orders' | 'timeouts' | 'unknown';
 
-function messageKey(message: Message<unknown>): string {
-  const body = message.body as { requestId?: unknown; orderId?: unknown; kind?: unknown } | null;
-  if (body && typeof body === 'object') {
-    if (typeof body.requestId === 'string') {
-      return `order:${body.requestId}`;
+/** A dead body's key: its reservation or order, else the message (and its place in a pack). */
+function messageKey(message: Message<unknown>, body = message.body, index = 0): string {
+  const order = body as { requestId?: unknown; orderId?: unknown; kind?: unknown } | null;
+  if (order && typeof order === 'object') {
+    if (typeof order.requestId === 'string') {
+      return `order:${order.requestId}`;
     }
-    if (typeof body.orderId === 'string') {
-      return `${String(body.kind)}:${body.orderId}`;
+    if (typeof order.orderId === 'string') {
+      return `${String(order.kind)}:${order.orderId}`;
     }
   }
-  return `message:${message.id}`;
+  return index === 0 ? `message:${message.id}` : `message:${message.id}:${index}`;
 }
 
 /** Which queue a dead message came from, by its kind (the dead-letter queue does not say). */
 function sourceQueue(body: unknown): SourceQueue {
   const kind = (body as { kind?: unknown } | null)?.kind;
-  return kind === 'reserve' ? 'orders' : kind === 'pay-timeout' ? 'timeouts' : 'unknown';
+  return kind === 'reserve' || kind === 'reserve-pack' ? 'orders' : kind === 'pay-timeout' ? 'timeouts' : 'unknown';
+}
+
+/**
+ * The bodies a dead message is kept as: a pack's orders one by one (so each is counted, found
+ * and re-driven as the reservation it is), anything else as it came.
+ */
+function bodiesOf(message: Message<unknown>): unknown[] {
+  const body = message.body as { kind?: unknown; orders?: unknown } | null;
+  if (body && typeof body === 'object' && body.kind === 'reserve-pack' && Array.isArray(body.orders) && body.orders.length > 0) {
+    return body.orders;
+  }
+  return [message.body];
 }
 
 function goodsOf(body: unknown): number | null {
@@ -52,14 +65,16 @@ export async function consumeDeadLetters(batch: MessageBatch<unknown>, env: Env)
   // One row per key: a batch may carry the same message twice, and an upsert may touch a row once.
   const rows = new Map<string, NewDeadLetter>();
   for (const m of batch.messages) {
-    const queue = sourceQueue(m.body);
-    const key = messageKey(m);
-    rows.set(`${queue}|${key}`, { queue, messageKey: key, goodsId: goodsOf(m.body), body: m.body ?? {}, attempts: m.attempts });
+    for (const [index, body] of bodiesOf(m).entries()) {
+      const queue = sourceQueue(body);
+      const key = messageKey(m, body, index);
+      rows.set(`${queue}|${key}`, { queue, messageKey: key, goodsId: goodsOf(body), body: body ?? {}, attempts: m.attempts });
+    }
   }
   try {
     await withDbFor(config, (db) => storeDeadLetters(db, [...rows.values()]), 1);
-    for (const m of batch.messages) {
-      log.error('dead_letter.stored', { key: messageKey(m), attempts: m.attempts });
+    for (const row of rows.values()) {
+      log.error('dead_letter.stored', { key: row.messageKey, attempts: row.attempts });
     }
     batch.ackAll();
   } catch (error) {

@@ -5,7 +5,7 @@ import { placementOf } from '../edge/placements';
 import { enqueueDeliveries } from '../edge/webhooks';
 import { backoffSeconds, queueDelay } from '../kernel/backoff';
 import { type Config, getConfig } from '../kernel/config';
-import { type GoodsPlacement, OrderMessage, type Settlement, type TimeoutMessage } from '../kernel/contract';
+import { type GoodsPlacement, type OrderMessage, parseOrderQueueMessage, type Settlement, type TimeoutMessage } from '../kernel/contract';
 import { deliverTwiceIfAsked, failAfterWriteIfAsked } from '../kernel/dev-faults';
 import { log } from '../kernel/log';
 import { shardOfOrderId } from '../kernel/shards';
@@ -14,29 +14,42 @@ import { observeQueueLag } from '../metrics/queue';
 import { count } from '../metrics/registry';
 import { tellShoppers } from './room-results';
 
-export type Parsed<T> = { message: Message<unknown>; body: T };
+/** One goods' part of a batch: its orders (each reservation once) and the messages that carry them. */
+export type GoodsGroup = { orders: OrderMessage[]; messages: Message<unknown>[] };
+
+/** Orders one Postgres statement writes at most: a batch of packs can hold 10,000. */
+const ORDERS_PER_STATEMENT = 1000;
 
 /**
  * Splits a batch into valid messages grouped by goods, and the malformed ones (which no
- * retry can fix). Pure, so the grouping is tested without a network.
+ * retry can fix). A message, lone order or pack, carries one goods, so its fate is its group's:
+ * acked when the group's orders are written and settled, retried when not. The same
+ * reservation twice in a batch (a resend) is written once. Pure, so the grouping is tested
+ * without a network.
  */
 export function groupByGoods(messages: readonly Message<unknown>[]) {
-  const groups = new Map<number, Parsed<OrderMessage>[]>();
+  const groups = new Map<number, GoodsGroup>();
+  const seen = new Set<string>();
   const malformed: Message<unknown>[] = [];
   for (const message of messages) {
-    const parsed = OrderMessage.safeParse(message.body);
-    if (!parsed.success) {
+    const orders = parseOrderQueueMessage(message.body);
+    const first = orders?.[0];
+    if (!orders || !first) {
       malformed.push(message);
       continue;
     }
-    const group = groups.get(parsed.data.goodsId) ?? [];
-    // The same reservation twice in one batch (a resend): keep one, ack both.
-    if (!group.some((p) => p.body.requestId === parsed.data.requestId)) {
-      group.push({ message, body: parsed.data });
-    } else {
-      message.ack();
+    let group = groups.get(first.goodsId);
+    if (!group) {
+      group = { orders: [], messages: [] };
+      groups.set(first.goodsId, group);
     }
-    groups.set(parsed.data.goodsId, group);
+    group.messages.push(message);
+    for (const order of orders) {
+      if (!seen.has(order.requestId)) {
+        seen.add(order.requestId);
+        group.orders.push(order);
+      }
+    }
   }
   return { groups, malformed };
 }
@@ -74,26 +87,26 @@ export async function consumeOrders(batch: MessageBatch<unknown>, env: Env): Pro
     const flushStarted = Date.now();
     await flushMetrics(env);
     timing.flushMs = Date.now() - flushStarted;
-    log.info('orders.batch', { messages: messages.length, groups: groups.size, ...timing, totalMs: Date.now() - started });
+    log.info('orders.batch', {
+      messages: messages.length,
+      orders: [...groups.values()].reduce((n, g) => n + g.orders.length, 0),
+      groups: groups.size,
+      ...timing,
+      totalMs: Date.now() - started,
+    });
   }
 }
 
-async function consumeGroups(env: Env, config: Config, groups: Map<number, Parsed<OrderMessage>[]>, timing: BatchTiming): Promise<void> {
+async function consumeGroups(env: Env, config: Config, groups: Map<number, GoodsGroup>, timing: BatchTiming): Promise<void> {
   // One fetch per statement and nothing to close: no connection set-up per batch.
   const db = httpDb(dbOptions(config));
   await Promise.all(
-    [...groups].map(async ([goodsId, items]) => {
+    [...groups].map(async ([goodsId, group]) => {
+      const { orders, messages } = group;
       try {
         const writeStarted = Date.now();
         // The placement is a cached lookup after the first batch of each goods in an isolate.
-        const [results, goods] = await Promise.all([
-          writeOrders(
-            db,
-            goodsId,
-            items.map((i) => i.body),
-          ),
-          placementOf(db, goodsId),
-        ]);
+        const [results, goods] = await Promise.all([writeInStatements(db, goodsId, orders), placementOf(db, goodsId)]);
         if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
           failAfterWriteIfAsked();
         }
@@ -104,40 +117,44 @@ async function consumeGroups(env: Env, config: Config, groups: Map<number, Parse
         // late settle then changes nothing.
         // The shop's order.created events were written with the orders; their send never fails the batch.
         await Promise.all([
-          settle(env, goods, items, results),
-          scheduleTimeouts(env, items, results),
+          settle(env, goods, orders, results),
+          scheduleTimeouts(env, orders, results),
           enqueueDeliveries(
             env,
             results.flatMap((r) => (r.ok && r.webhookId ? [r.webhookId] : [])),
           ),
         ]);
         // Waiting room: push each settled result to its shopper's live channel (never fails the batch).
-        await tellShoppers(
-          env,
-          goods,
-          items.map((i) => i.body),
-          results,
-        );
+        await tellShoppers(env, goods, orders, results);
         timing.notifyMs = Math.max(timing.notifyMs, Date.now() - notifyStarted);
-        for (const i of items) {
-          i.message.ack();
+        for (const m of messages) {
+          m.ack();
         }
-        count('seckill_queue_messages_total', { queue: 'orders', outcome: 'acked' }, items.length);
+        count('seckill_queue_messages_total', { queue: 'orders', outcome: 'acked' }, messages.length);
       } catch (error) {
-        log.warn('orders.group_failed', { goodsId, messages: items.length, error });
+        log.warn('orders.group_failed', { goodsId, messages: messages.length, orders: orders.length, error });
         const { backoffCapSeconds, backoffBaseSeconds } = config.retry;
-        for (const i of items) {
-          i.message.retry({ delaySeconds: backoffSeconds(i.message.attempts, backoffCapSeconds, backoffBaseSeconds) });
+        for (const m of messages) {
+          m.retry({ delaySeconds: backoffSeconds(m.attempts, backoffCapSeconds, backoffBaseSeconds) });
         }
-        count('seckill_queue_messages_total', { queue: 'orders', outcome: 'retried' }, items.length);
+        count('seckill_queue_messages_total', { queue: 'orders', outcome: 'retried' }, messages.length);
       }
     }),
   );
 }
 
+/** Writes a goods' orders ORDERS_PER_STATEMENT at a time, one statement after the other (they share the goods row). */
+async function writeInStatements(db: Parameters<typeof writeOrders>[0], goodsId: number, orders: OrderMessage[]): Promise<WriteResult[]> {
+  const results: WriteResult[] = [];
+  for (let i = 0; i < orders.length; i += ORDERS_PER_STATEMENT) {
+    results.push(...(await writeOrders(db, goodsId, orders.slice(i, i + ORDERS_PER_STATEMENT))));
+  }
+  return results;
+}
+
 /** Tells each stock shard what Postgres made of its reservations (the message names the shard). */
-async function settle(env: Env, goods: GoodsPlacement, items: Parsed<OrderMessage>[], results: WriteResult[]): Promise<void> {
-  const shardOf = new Map(items.map((i) => [i.body.requestId, i.body.shard ?? shardOfOrderId(i.body.orderId)]));
+async function settle(env: Env, goods: GoodsPlacement, orders: OrderMessage[], results: WriteResult[]): Promise<void> {
+  const shardOf = new Map(orders.map((o) => [o.requestId, o.shard ?? shardOfOrderId(o.orderId)]));
   const byShard = new Map<number, Settlement[]>();
   for (const r of results) {
     const shard = shardOf.get(r.requestId) ?? 0;
@@ -154,8 +171,8 @@ async function settle(env: Env, goods: GoodsPlacement, items: Parsed<OrderMessag
   await Promise.all([...byShard].map(([shard, settlements]) => goodsStock(env, goods, shard).settle(settlements)));
 }
 
-async function scheduleTimeouts(env: Env, items: Parsed<OrderMessage>[], results: WriteResult[]): Promise<void> {
-  const timeoutOf = new Map(items.map((i) => [i.body.requestId, i.body]));
+async function scheduleTimeouts(env: Env, orders: OrderMessage[], results: WriteResult[]): Promise<void> {
+  const timeoutOf = new Map(orders.map((o) => [o.requestId, o]));
   const messages = results.flatMap((r) => {
     const body = timeoutOf.get(r.requestId);
     if (!r.ok || !body) {

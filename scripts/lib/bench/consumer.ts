@@ -1,15 +1,17 @@
 // The order consumer measured on its own, beside its floor:
 //
-// - consumer: a backlog of order messages written straight to the order queue with Miniflare's
-//   queue producer, timed from the first send until every order is a row in Postgres;
-// - floor: the same rows, in batches of the same size, as plain multi-row INSERTs from Node with
-//   `pg` into the same database (a copy of the orders table with the same indexes), one
-//   statement at a time, as Miniflare hands the consumer one batch at a time.
+// - consumer: a backlog of orders written straight to the order queue with Miniflare's queue
+//   producer, in order packs of BACKLOG_PACK_ORDERS as a goods' object sends them, timed from
+//   the first send until every order is a row in Postgres;
+// - floor: the same rows, as many per statement as the consumer's statements hold, as plain
+//   multi-row INSERTs from Node with `pg` into the same database (a copy of the orders table
+//   with the same indexes), one statement at a time, as Miniflare hands the consumer one batch
+//   at a time.
 import { randomBytes } from 'node:crypto';
 import diagnostics from 'node:diagnostics_channel';
 import type { Miniflare } from 'miniflare';
 import pg from 'pg';
-import type { OrderMessage } from '../../../workers/kernel/contract.ts';
+import type { OrderMessage, OrderPack } from '../../../workers/kernel/contract.ts';
 import type { Goods } from '../load/contract.ts';
 import { type Percentiles, percentiles, round } from '../load/metrics.ts';
 import type { SqlHttpTiming } from '../sql-http.ts';
@@ -32,7 +34,15 @@ export type ConsumerRun = Drained & { breakdown: ReturnType<typeof breakdownOf> 
  * 10,000 of them.
  */
 const MAX_AHEAD = 4_000;
-const SEND_BATCH = 100;
+/** Packs per sendBatch: about 50 KB, under the queue's 256 KB a sendBatch. */
+const SEND_BATCH = 10;
+/**
+ * Orders per pack in the backlog: what a goods' object sends from one flush of its outbox
+ * (every SEND_COALESCE_MS, 10 ms) while it accepts 2,000 reservations a second.
+ */
+export const BACKLOG_PACK_ORDERS = 20;
+/** Rows per INSERT of the floor: what one consumer batch of 100 packs writes per statement (ORDERS_PER_STATEMENT). */
+export const INSERT_FLOOR_ROWS = Math.min(1_000, 100 * BACKLOG_PACK_ORDERS);
 
 /** Order messages for a goods, in the shape the goods' object writes to its outbox. */
 export function orderMessages(goods: Goods, count: number): OrderMessage[] {
@@ -117,25 +127,32 @@ export function measureConsumer(options: Backlog): Promise<ConsumerRun> {
 }
 
 async function drainBacklog({ mf, databaseUrl, goodsId, messages, timeoutMs = 300_000 }: Backlog): Promise<Drained> {
-  const queue = await mf.getQueueProducer<OrderMessage>('ORDER_QUEUE');
+  const queue = await mf.getQueueProducer<OrderPack>('ORDER_QUEUE');
+  const packs: OrderPack[] = [];
+  for (let i = 0; i < messages.length; i += BACKLOG_PACK_ORDERS) {
+    packs.push({ v: 1, kind: 'reserve-pack', goodsId, orders: messages.slice(i, i + BACKLOG_PACK_ORDERS) });
+  }
   const client = new pg.Client({ connectionString: databaseUrl });
   await client.connect();
   try {
     const started = performance.now();
     const deadline = Date.now() + timeoutMs;
+    // Counted in orders; the queue's limit is in messages (packs).
     let sent = 0;
+    let sentPacks = 0;
     let done = 0;
     let maxAhead = 0;
-    while (sent < messages.length) {
+    while (sentPacks < packs.length) {
       done = await countOrders(client, goodsId);
       maxAhead = Math.max(maxAhead, sent - done);
-      if (sent - done > MAX_AHEAD - 10 * SEND_BATCH) {
+      if ((sent - done) / BACKLOG_PACK_ORDERS > MAX_AHEAD - 100 * SEND_BATCH) {
         await sleep(10);
       } else {
-        for (let k = 0; k < 10 && sent < messages.length; k++) {
-          const chunk = messages.slice(sent, sent + SEND_BATCH);
+        for (let k = 0; k < 100 && sentPacks < packs.length; k++) {
+          const chunk = packs.slice(sentPacks, sentPacks + SEND_BATCH);
           await queue.sendBatch(chunk.map((body) => ({ body, contentType: 'json' })));
-          sent += chunk.length;
+          sentPacks += chunk.length;
+          sent += chunk.reduce((n, p) => n + p.orders.length, 0);
         }
       }
       if (Date.now() > deadline) {
