@@ -61,7 +61,15 @@ function abortedForConcurrency(error: unknown): boolean {
  * every writer shares (migrations/0006_write_order_locks.sql), so overlapping batches wait for
  * each other; this covers what that order cannot rule out.
  */
-async function writeStatement(db: SqlExecutor, goodsId: number, messages: OrderMessage[], now: number): Promise<Record<string, unknown>[]> {
+async function writeStatement(
+  db: SqlExecutor,
+  goodsId: number,
+  messages: OrderMessage[],
+  now: number,
+  events: boolean,
+): Promise<Record<string, unknown>[]> {
+  // Without a subscription the events would be sent, parsed and dropped: as much JSON again as the orders.
+  const candidates = events ? createdEvents(goodsId, messages, now) : '[]';
   for (let attempt = 1; ; attempt++) {
     try {
       // The messages go as they are: the function reads the queue's own field names. The outbox
@@ -72,7 +80,7 @@ async function writeStatement(db: SqlExecutor, goodsId: number, messages: OrderM
           FROM seckill_write_orders(${goodsId}::bigint, ${JSON.stringify(messages)}::jsonb, ${new Date(now).toISOString()}::timestamptz)
             WITH ORDINALITY AS f(request_id, order_id, outcome, n)
         ), hooks AS (
-          ${outboxInsert(createdEvents(goodsId, messages, now), sql`v.order_id IN (SELECT w.order_id FROM w WHERE w.outcome = 'CREATED')`)}
+          ${outboxInsert(candidates, sql`v.order_id IN (SELECT w.order_id FROM w WHERE w.outcome = 'CREATED')`)}
         )
         SELECT w.request_id, w.order_id, w.outcome, h.id AS webhook_id
         FROM w LEFT JOIN hooks AS h ON h.order_id = w.order_id AND w.outcome = 'CREATED'
@@ -95,15 +103,21 @@ async function writeStatement(db: SqlExecutor, goodsId: number, messages: OrderM
  * takes the stock with one guarded update, falls back to row by row when Postgres has less
  * stock than the batch (the rows that fit land, the rest are SOLD_OUT), classifies every
  * message and writes the consume log. Idempotent: a message delivered twice finds its order
- * and reports it again. `now` starts the payment windows. The same statement writes the shop's
- * order.created events of the orders it created (when the shop subscribed), so an event exists
- * exactly when its order does.
+ * and reports it again. `now` starts the payment windows. With `events` (the shop subscribed
+ * to order.created, as the caller read it), the same statement writes the events of the orders
+ * it created, so such an event exists exactly when its order does.
  */
-export async function writeOrders(db: SqlExecutor, goodsId: number, messages: OrderMessage[], now = Date.now()): Promise<WriteResult[]> {
+export async function writeOrders(
+  db: SqlExecutor,
+  goodsId: number,
+  messages: OrderMessage[],
+  now = Date.now(),
+  { events = true }: { events?: boolean } = {},
+): Promise<WriteResult[]> {
   if (messages.length === 0) {
     return [];
   }
-  const rows = await writeStatement(db, goodsId, messages, now);
+  const rows = await writeStatement(db, goodsId, messages, now, events);
   if (rows.length !== messages.length) {
     throw new Error(`seckill_write_orders answered ${rows.length} rows for ${messages.length} messages`);
   }

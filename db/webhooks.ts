@@ -34,6 +34,16 @@ export function candidatesJson(candidates: WebhookCandidate[]): string {
 }
 
 /**
+ * Whether the shop is subscribed to `type` now. The order consumer reads it once per batch and
+ * writes order.created events with that batch's orders when it is: a subscription made while a
+ * batch is being written starts with the next batch.
+ */
+export async function subscribedTo(db: SqlRunner, type: WebhookEvent): Promise<boolean> {
+  const { rows } = await db.execute(sql`SELECT EXISTS (SELECT 1 FROM webhook_config WHERE ${type} = ANY (events)) AS subscribed`);
+  return rows[0]?.subscribed === true;
+}
+
+/**
  * The outbox insert as SQL, for a statement of its own or a CTE: writes the candidates whose
  * type the shop subscribed to (nothing when webhooks are off) and, when `onlyOrders` says so,
  * whose order it names; skips events that exist (a change repeated writes nothing); returns

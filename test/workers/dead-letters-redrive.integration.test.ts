@@ -169,6 +169,20 @@ describe('dead letters', () => {
     expect(await settled(goodsId)).toMatchObject({ doRemaining: 2, dbStock: 2, deadLetters: 0, orders: { CLOSED_TIMEOUT: 1 } });
   });
 
+  it('keeps a dead timeout pack one timeout per order, each re-driven on its own', async () => {
+    const { goodsId } = await createGoods({ stock: 2 });
+    const first = await buyOrder('dl-timeout-pack-1', goodsId);
+    const second = await buyOrder('dl-timeout-pack-2', goodsId);
+    const pack = { v: 1, kind: 'pay-timeout-pack', goodsId, orderIds: [first.orderId, second.orderId] };
+    expect((await deadLetterOf(pack)).ackAll).toBe(true);
+    const rows = await listed(`?goodsId=${goodsId}`);
+    expect(rows.map((r) => r.messageKey).sort()).toEqual([`pay-timeout:${first.orderId}`, `pay-timeout:${second.orderId}`].sort());
+    expect(rows.every((r) => r.queue === 'timeouts')).toBe(true);
+    const res = await call('/admin/dead-letters/redrive', { method: 'POST', headers: ADMIN, json: { goodsId } });
+    expect(res.status).toBe(200);
+    expect(await json(res)).toMatchObject({ goodsId, redriven: 2, skipped: [] });
+  });
+
   it('reopens a re-driven message that dies again, and refuses one it cannot route', async () => {
     const goodsId = await goodsRow(1);
     const body = orderMessage(goodsId, 2);

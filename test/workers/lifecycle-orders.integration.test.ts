@@ -230,6 +230,50 @@ describe('payment timeouts', () => {
     expect(missing.explicitAcks).toHaveLength(0);
   });
 
+  it('takes a pack: acks it once every order is done, retries it whole for the first one not due, and leaves a paid one alone', async () => {
+    const { goodsId } = await createGoods({ stock: 3 });
+    const unpaid = await buyOrder('timeout-pack-unpaid', goodsId);
+    const paid = await buyOrder('timeout-pack-paid', goodsId);
+    await payNow(paid.orderId, paid.jwt);
+    const deadline = Date.parse((await orderOf(unpaid.jwt, unpaid.orderId)).payDeadline);
+    const pack = { v: 1, kind: 'pay-timeout-pack', goodsId, orderIds: [unpaid.orderId, paid.orderId] };
+    const deliverPack = async (now: number) => {
+      const batch = createMessageBatch('seckill-order-timeouts', [{ id: `pack-${now}`, timestamp: new Date(), attempts: 1, body: pack }]);
+      const delays: (number | undefined)[] = [];
+      for (const m of batch.messages) {
+        const retry = m.retry.bind(m);
+        m.retry = (options?: QueueRetryOptions) => {
+          delays.push(options?.delaySeconds);
+          retry(options);
+        };
+      }
+      const ctx = createExecutionContext();
+      await consumeTimeouts(batch, env, now);
+      return { ...(await getQueueResult(batch, ctx)), delays };
+    };
+
+    const early = await deliverPack(deadline - 20_000);
+    expect(early.retryMessages).toHaveLength(1);
+    expect(early.delays).toEqual([20]);
+    expect((await orderOf(unpaid.jwt, unpaid.orderId)).status).toBe('PENDING_PAYMENT');
+
+    const due = await deliverPack(deadline + 1000);
+    expect(due.explicitAcks).toHaveLength(1);
+    expect((await orderOf(unpaid.jwt, unpaid.orderId)).status).toBe('CLOSED_TIMEOUT');
+    expect((await orderOf(paid.jwt, paid.orderId)).status).toBe('PAID');
+    // Delivered again: nothing moves.
+    expect((await deliverPack(deadline + 2000)).explicitAcks).toHaveLength(1);
+    expect(await settled(goodsId)).toMatchObject({ doRemaining: 2, dbStock: 2, orders: { CLOSED_TIMEOUT: 1, PAID: 1 } });
+
+    // A pack that mixes in an id that is not an order's is malformed as a whole.
+    const bad = createMessageBatch('seckill-order-timeouts', [
+      { id: 'pack-bad', timestamp: new Date(), attempts: 1, body: { ...pack, orderIds: [unpaid.orderId, 'nope'] } },
+    ]);
+    const ctx = createExecutionContext();
+    await consumeTimeouts(bad, env);
+    expect((await getQueueResult(bad, ctx)).retryMessages).toHaveLength(1);
+  });
+
   it('closes an order through the real delayed queue when its window is short', async () => {
     const { goodsId } = await createGoods({ stock: 1, payTimeoutSeconds: 1 });
     const { orderId, jwt } = await buyOrder('timeout-real', goodsId);

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { seckillGoods, seckillOrder } from '../../db/schema';
 import type { GoodsStock } from '../../durable-objects/goods-stock/index';
 import worker from '../../workers/index';
-import type { OrderMessage, ReserveItem, TimeoutMessage } from '../../workers/kernel/contract';
+import type { OrderMessage, ReserveItem, TimeoutMessage, TimeoutPack } from '../../workers/kernel/contract';
 import { groupByGoods } from '../../workers/queue/orders';
 import { createGoods, sql, stats, stockObject } from './helpers';
 
@@ -61,20 +61,27 @@ async function deliver(bodies: unknown[], attempts = 1, workerEnv: Env = env) {
   return { ...(await getQueueResult(batch, ctx)), retryDelays };
 }
 
-/** A timeout queue that records what the consumer sends, or refuses it. */
+/**
+ * A timeout queue that records what the consumer sends, or refuses it: `sent` holds each
+ * order's timeout as its pack carried it, `packs` the messages.
+ */
 function timeoutQueue(refuse = false) {
   const sent: { body: TimeoutMessage; delaySeconds?: number }[] = [];
+  const packs: TimeoutPack[] = [];
   const queue = {
-    sendBatch: async (messages: Iterable<MessageSendRequest<TimeoutMessage>>) => {
+    sendBatch: async (messages: Iterable<MessageSendRequest<TimeoutPack>>) => {
       if (refuse) {
         throw new Error('timeout queue unavailable');
       }
       for (const m of messages) {
-        sent.push({ body: m.body, delaySeconds: m.delaySeconds });
+        packs.push(m.body);
+        for (const orderId of m.body.orderIds) {
+          sent.push({ body: { v: 1, kind: 'pay-timeout', orderId, goodsId: m.body.goodsId }, delaySeconds: m.delaySeconds });
+        }
       }
     },
   };
-  return { sent, queue: queue as unknown as Queue };
+  return { sent, packs, queue: queue as unknown as Queue };
 }
 
 function ordersOf(goodsId: number) {
@@ -157,6 +164,8 @@ describe('order consumer', () => {
     expect(await ordersOf(goodsId)).toHaveLength(100);
     expect(timeouts.sent.map((t) => t.body.orderId).sort()).toEqual(messages.map((m) => m.orderId).sort());
     expect(timeouts.sent.every((t) => t.delaySeconds === 600 && t.body.goodsId === goodsId)).toBe(true);
+    // One timeout message for the hundred.
+    expect(timeouts.packs.map((p) => p.orderIds.length)).toEqual([100]);
     const s = await stats(goodsId);
     expect(s).toMatchObject({ dbStock: 50, doRemaining: 50, queued: 0, orders: { PENDING_PAYMENT: 100 }, consistent: true });
   });

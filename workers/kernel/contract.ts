@@ -156,6 +156,28 @@ export const TimeoutMessage = z.object({
 });
 export type TimeoutMessage = z.infer<typeof TimeoutMessage>;
 
+/** Timeout pack: the payment timeouts of the orders one consumer batch made of one goods, due together. */
+export const TimeoutPack = z.object({
+  v: z.literal(1),
+  kind: z.literal('pay-timeout-pack'),
+  goodsId: z.number().int().positive(),
+  orderIds: z.array(OrderId).min(1).max(PACK_ORDERS_MAX),
+});
+export type TimeoutPack = z.infer<typeof TimeoutPack>;
+
+/** The timeouts a message of the timeout queue carries (a lone one or a pack), or null when it is neither. */
+export function parseTimeoutQueueMessage(body: unknown): TimeoutMessage[] | null {
+  const kind = typeof body === 'object' && body !== null && 'kind' in body ? body.kind : undefined;
+  if (kind === 'pay-timeout-pack') {
+    const pack = TimeoutPack.safeParse(body);
+    return pack.success
+      ? pack.data.orderIds.map((orderId) => ({ v: 1 as const, kind: 'pay-timeout' as const, orderId, goodsId: pack.data.goodsId }))
+      : null;
+  }
+  const one = TimeoutMessage.safeParse(body);
+  return one.success ? [one.data] : null;
+}
+
 /** What the consumer tells the goods' object once Postgres has answered. */
 export type Settlement = { requestId: string; ok: true; orderId: string } | { requestId: string; ok: false; reason: FailReason };
 

@@ -39,12 +39,16 @@ function sourceQueue(body: unknown): SourceQueue {
 
 /**
  * The bodies a dead message is kept as: a pack's orders one by one (so each is counted, found
- * and re-driven as the reservation it is), anything else as it came.
+ * and re-driven as the reservation or timeout it is), anything else as it came.
  */
 function bodiesOf(message: Message<unknown>): unknown[] {
-  const body = message.body as { kind?: unknown; orders?: unknown } | null;
+  const body = message.body as { kind?: unknown; orders?: unknown; orderIds?: unknown; goodsId?: unknown } | null;
   if (body && typeof body === 'object' && body.kind === 'reserve-pack' && Array.isArray(body.orders) && body.orders.length > 0) {
     return body.orders;
+  }
+  if (body && typeof body === 'object' && body.kind === 'pay-timeout-pack' && Array.isArray(body.orderIds) && body.orderIds.length > 0) {
+    // Kept as the lone timeout messages they stand for, which the timeout queue takes back one by one.
+    return body.orderIds.map((orderId: unknown): unknown => ({ v: 1, kind: 'pay-timeout', orderId, goodsId: body.goodsId }));
   }
   return [message.body];
 }

@@ -1,11 +1,19 @@
 import { dbOptions, httpDb } from '../../db/client';
-import { type WriteResult, writeOrders } from '../../db/orders';
+import { type SqlExecutor, type WriteResult, writeOrders } from '../../db/orders';
+import { subscribedTo } from '../../db/webhooks';
 import { goodsStock } from '../../durable-objects/routing';
 import { placementOf } from '../edge/placements';
 import { enqueueDeliveries } from '../edge/webhooks';
 import { backoffSeconds, queueDelay } from '../kernel/backoff';
 import { type Config, getConfig } from '../kernel/config';
-import { type GoodsPlacement, type OrderMessage, parseOrderQueueMessage, type Settlement, type TimeoutMessage } from '../kernel/contract';
+import {
+  type GoodsPlacement,
+  type OrderMessage,
+  PACK_ORDERS_MAX,
+  parseOrderQueueMessage,
+  type Settlement,
+  type TimeoutPack,
+} from '../kernel/contract';
 import { deliverTwiceIfAsked, failAfterWriteIfAsked } from '../kernel/dev-faults';
 import { log } from '../kernel/log';
 import { shardOfOrderId } from '../kernel/shards';
@@ -100,13 +108,15 @@ export async function consumeOrders(batch: MessageBatch<unknown>, env: Env): Pro
 async function consumeGroups(env: Env, config: Config, groups: Map<number, GoodsGroup>, timing: BatchTiming): Promise<void> {
   // One fetch per statement and nothing to close: no connection set-up per batch.
   const db = httpDb(dbOptions(config));
+  // Once per batch; a failure here fails every group, which the queue retries.
+  const events = groups.size > 0 ? subscribedTo(db, 'order.created') : Promise.resolve(false);
   await Promise.all(
     [...groups].map(async ([goodsId, group]) => {
       const { orders, messages } = group;
       try {
         const writeStarted = Date.now();
         // The placement is a cached lookup after the first batch of each goods in an isolate.
-        const [results, goods] = await Promise.all([writeInStatements(db, goodsId, orders), placementOf(db, goodsId)]);
+        const [results, goods] = await Promise.all([writeInStatements(db, goodsId, orders, await events), placementOf(db, goodsId)]);
         if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
           failAfterWriteIfAsked();
         }
@@ -118,7 +128,7 @@ async function consumeGroups(env: Env, config: Config, groups: Map<number, Goods
         // The shop's order.created events were written with the orders; their send never fails the batch.
         await Promise.all([
           settle(env, goods, orders, results),
-          scheduleTimeouts(env, orders, results),
+          scheduleTimeouts(env, goodsId, orders, results),
           enqueueDeliveries(
             env,
             results.flatMap((r) => (r.ok && r.webhookId ? [r.webhookId] : [])),
@@ -144,10 +154,10 @@ async function consumeGroups(env: Env, config: Config, groups: Map<number, Goods
 }
 
 /** Writes a goods' orders ORDERS_PER_STATEMENT at a time, one statement after the other (they share the goods row). */
-async function writeInStatements(db: Parameters<typeof writeOrders>[0], goodsId: number, orders: OrderMessage[]): Promise<WriteResult[]> {
+async function writeInStatements(db: SqlExecutor, goodsId: number, orders: OrderMessage[], events: boolean): Promise<WriteResult[]> {
   const results: WriteResult[] = [];
   for (let i = 0; i < orders.length; i += ORDERS_PER_STATEMENT) {
-    results.push(...(await writeOrders(db, goodsId, orders.slice(i, i + ORDERS_PER_STATEMENT))));
+    results.push(...(await writeOrders(db, goodsId, orders.slice(i, i + ORDERS_PER_STATEMENT), Date.now(), { events })));
   }
   return results;
 }
@@ -171,19 +181,36 @@ async function settle(env: Env, goods: GoodsPlacement, orders: OrderMessage[], r
   await Promise.all([...byShard].map(([shard, settlements]) => goodsStock(env, goods, shard).settle(settlements)));
 }
 
-async function scheduleTimeouts(env: Env, orders: OrderMessage[], results: WriteResult[]): Promise<void> {
-  const timeoutOf = new Map(orders.map((o) => [o.requestId, o]));
-  const messages = results.flatMap((r) => {
-    const body = timeoutOf.get(r.requestId);
-    if (!r.ok || !body) {
-      return [];
+/** Timeout packs per sendBatch: 50 packs of 100 order ids stay well under the queue's 256 KB. */
+const TIMEOUT_PACKS_PER_SEND = 50;
+
+/** Schedules the new orders' payment timeouts: a pack per goods, delay and PACK_ORDERS_MAX orders. */
+async function scheduleTimeouts(env: Env, goodsId: number, orders: OrderMessage[], results: WriteResult[]): Promise<void> {
+  const timeoutOf = new Map(orders.map((o) => [o.requestId, o.payTimeoutSeconds]));
+  const byDelay = new Map<number, string[]>();
+  for (const r of results) {
+    const seconds = timeoutOf.get(r.requestId);
+    if (!r.ok || seconds === undefined) {
+      continue;
     }
-    const timeout: TimeoutMessage = { v: 1, kind: 'pay-timeout', orderId: r.orderId, goodsId: body.goodsId };
-    return [{ body: timeout, contentType: 'json' as const, delaySeconds: queueDelay(body.payTimeoutSeconds) }];
-  });
+    const delay = queueDelay(seconds);
+    const ids = byDelay.get(delay);
+    if (ids) {
+      ids.push(r.orderId);
+    } else {
+      byDelay.set(delay, [r.orderId]);
+    }
+  }
+  const messages: MessageSendRequest<TimeoutPack>[] = [];
+  for (const [delaySeconds, ids] of byDelay) {
+    for (let i = 0; i < ids.length; i += PACK_ORDERS_MAX) {
+      const body: TimeoutPack = { v: 1, kind: 'pay-timeout-pack', goodsId, orderIds: ids.slice(i, i + PACK_ORDERS_MAX) };
+      messages.push({ body, contentType: 'json', delaySeconds });
+    }
+  }
   const sends: Promise<unknown>[] = [];
-  for (let i = 0; i < messages.length; i += 100) {
-    sends.push(env.TIMEOUT_QUEUE.sendBatch(messages.slice(i, i + 100)));
+  for (let i = 0; i < messages.length; i += TIMEOUT_PACKS_PER_SEND) {
+    sends.push(env.TIMEOUT_QUEUE.sendBatch(messages.slice(i, i + TIMEOUT_PACKS_PER_SEND)));
   }
   await Promise.all(sends);
 }
