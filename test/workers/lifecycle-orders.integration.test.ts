@@ -26,6 +26,22 @@ import {
 /** Later than any default 900 s payment window opened during the test run. */
 const AFTER_DEADLINES = () => Date.now() + 3600_000;
 
+/** Delivers one timeout-queue message as if the clock read `now`, noting each retry's delay (the harness reports none). */
+async function deliverTimeout(id: string, body: unknown, now: number) {
+  const batch = createMessageBatch('seckill-order-timeouts', [{ id, timestamp: new Date(), attempts: 1, body }]);
+  const delays: (number | undefined)[] = [];
+  for (const m of batch.messages) {
+    const retry = m.retry.bind(m);
+    m.retry = (options?: QueueRetryOptions) => {
+      delays.push(options?.delaySeconds);
+      retry(options);
+    };
+  }
+  const ctx = createExecutionContext();
+  await consumeTimeouts(batch, env, now);
+  return { ...(await getQueueResult(batch, ctx)), delays };
+}
+
 function cancel(jwt: string, orderId: string) {
   return call(`/api/orders/${orderId}/cancel`, { method: 'POST', headers: bearer(jwt) });
 }
@@ -167,22 +183,9 @@ describe('payment timeouts', () => {
     const deadline = Date.parse((await orderOf(jwt, orderId)).payDeadline);
 
     // Delivered early (clock skew, a re-driven message): it waits for the rest of the window.
-    const batch = createMessageBatch('seckill-order-timeouts', [
-      { id: 'early-1', timestamp: new Date(), attempts: 1, body: { v: 1, kind: 'pay-timeout', orderId, goodsId } },
-    ]);
-    const delays: (number | undefined)[] = [];
-    for (const m of batch.messages) {
-      const retry = m.retry.bind(m);
-      // The test harness reports retries without their delay; record it on the way.
-      m.retry = (options?: QueueRetryOptions) => {
-        delays.push(options?.delaySeconds);
-        retry(options);
-      };
-    }
-    const ctx = createExecutionContext();
-    await consumeTimeouts(batch, env, deadline - 30_000);
-    expect((await getQueueResult(batch, ctx)).retryMessages).toHaveLength(1);
-    expect(delays).toEqual([30]);
+    const early = await deliverTimeout('early-1', { v: 1, kind: 'pay-timeout', orderId, goodsId }, deadline - 30_000);
+    expect(early.retryMessages).toHaveLength(1);
+    expect(early.delays).toEqual([30]);
     expect((await orderOf(jwt, orderId)).status).toBe('PENDING_PAYMENT');
 
     const due = await driveTimeouts([{ orderId, goodsId }], deadline);
@@ -237,20 +240,7 @@ describe('payment timeouts', () => {
     await payNow(paid.orderId, paid.jwt);
     const deadline = Date.parse((await orderOf(unpaid.jwt, unpaid.orderId)).payDeadline);
     const pack = { v: 1, kind: 'pay-timeout-pack', goodsId, orderIds: [unpaid.orderId, paid.orderId] };
-    const deliverPack = async (now: number) => {
-      const batch = createMessageBatch('seckill-order-timeouts', [{ id: `pack-${now}`, timestamp: new Date(), attempts: 1, body: pack }]);
-      const delays: (number | undefined)[] = [];
-      for (const m of batch.messages) {
-        const retry = m.retry.bind(m);
-        m.retry = (options?: QueueRetryOptions) => {
-          delays.push(options?.delaySeconds);
-          retry(options);
-        };
-      }
-      const ctx = createExecutionContext();
-      await consumeTimeouts(batch, env, now);
-      return { ...(await getQueueResult(batch, ctx)), delays };
-    };
+    const deliverPack = (now: number) => deliverTimeout(`pack-${now}`, pack, now);
 
     const early = await deliverPack(deadline - 20_000);
     expect(early.retryMessages).toHaveLength(1);
