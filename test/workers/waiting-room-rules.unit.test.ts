@@ -210,6 +210,29 @@ describe("the coordinator's decision", () => {
     expect(d.view.marks.counts[0]).toBe(0);
   });
 
+  it('while paused admits nobody yet draws the line, exact once two decisions over every report agree', () => {
+    const g = goods({ paused: true });
+    // Two shards, their shoppers interleaved in time; 3 units: the fourth key on is out.
+    const keys = Array.from({ length: 12 }, (_, i) => arrivalKey(100 + i, `k${String(i).padStart(2, '0')}`));
+    const even: SimShard = { waiting: keys.filter((_, i) => i % 2 === 0), admitted: [], known: 0, cursor: '' };
+    const odd: SimShard = { waiting: keys.filter((_, i) => i % 2 === 1), admitted: [], known: 0, cursor: '' };
+    const stock: Stock = { remaining: 3, queued: 0, confirmed: 0 };
+    // The odd shard's first report is still on its way: the line is drawn without its keys, later
+    // than the true one, and not told yet (one decision).
+    let d = decide(initialHubState(g, 0), [report(even, 0, 1_000, g)], g, stock, 0, 1_000, TICK);
+    expect(d.view.line).toBeNull();
+    // Every report in: this decision finds the true line, but the last one found a later one, and
+    // a shopper is told only what both agree on.
+    d = decide(d.state, [report(even, 0, 2_000, g), report(odd, 1, 2_000, g)], g, stock, 0, 2_000, TICK);
+    expect(d.view.line).toBe(keys[6]);
+    d = decide(d.state, [report(even, 0, 3_000, g), report(odd, 1, 3_000, g)], g, stock, 0, 3_000, TICK);
+    expect(d.view.line).toBe(keys[3]);
+    expect(d.view.marks.keys.slice(0, 3)).toEqual(keys.slice(0, 3));
+    // Nobody admitted while paused, however long the shoppers wait.
+    expect(d.state.round).toBe(0);
+    expect(d.state.cursor).toBe('');
+  });
+
   it('admits nobody and tells nobody sold out before the pre-queue is drawn', () => {
     const g = goods({ startAt: 5_000, preQueueSeconds: 60 });
     const r = { ...report({ waiting: [], admitted: [], known: 0, cursor: '' }, 0, 1_000, g), unkeyed: 50, horizon: NOTHING };
