@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ADMIN, call, pool, settled, stats } from './helpers';
+import { ADMIN, call, eventually, pool, settled, stats } from './helpers';
 import { buyWithPass, createQueuedGoods, join, type Live, type LiveEvent, openLive, shopper, type TicketAnswer } from './room-helpers';
 
 const SHOPPERS = 2_000;
@@ -67,6 +67,20 @@ describe('a waiting room: 2,000 shoppers for 100 units', () => {
       })();
       return s;
     });
+    // A shopper hears sold_out once two of the room's decisions agree on the line and their shard
+    // has reported since: within about two ticks of the line being known (docs/waiting-room.md), and
+    // on this one busy thread the ticks stretch to 2-3 s while the crowd joins and connects. Resumed
+    // before then, the first admission round (a tick and 250 ms after the next decision) races the
+    // line to the last shards. So the sale resumes once the room has told everyone who cannot get a
+    // unit, which it must do while the sale is paused and nobody can be admitted.
+    const connectedAt = Date.now();
+    const toldWhilePaused = await eventually(async () => {
+      const told = shoppers.filter((s) => s.soldOut);
+      return told.length >= SHOPPERS - STOCK && told;
+    }, 30_000);
+    expect(toldWhilePaused).toHaveLength(SHOPPERS - STOCK);
+    expect(shoppers.filter((s) => s.admitted).map((s) => s.userId)).toEqual([]);
+    const toldMs = Date.now() - connectedAt;
     expect((await call(`/admin/goods/${goodsId}/resume`, { method: 'POST', headers: ADMIN })).status).toBe(200);
     await Promise.all(shoppers.map((s) => s.done));
     const doneMs = Date.now() - started;
@@ -109,6 +123,6 @@ describe('a waiting room: 2,000 shoppers for 100 units', () => {
     for (const sh of shoppers) {
       sh.live.close();
     }
-    console.log(JSON.stringify({ shoppers: SHOPPERS, stock: STOCK, joinedMs, doneMs, rounds: new Set(rounds).size, lateFrames }));
+    console.log(JSON.stringify({ shoppers: SHOPPERS, stock: STOCK, joinedMs, toldMs, doneMs, rounds: new Set(rounds).size, lateFrames }));
   }, 180_000);
 });
