@@ -1,12 +1,19 @@
 #!/usr/bin/env tsx
 // `npm run bench`: the Worker's throughput on this machine, in one run, one load generator, one
 // connection count. Phases: warm-up; floor (GET /api/health); purchases while stock lasts;
-// the consumer draining them; sold-out answers; the consumer on a backlog beside a plain-INSERT
-// floor; the invariants. See BENCH_USAGE in lib/bench/options.ts and docs/performance.md.
+// the consumer draining them; sold-out answers; the floor again; the consumer on a backlog
+// beside a plain-INSERT floor; the invariants. See BENCH_USAGE in lib/bench/options.ts and docs/performance.md.
 import { loadavg } from 'node:os';
 import { acceptedCollector, purchaseRequests } from './lib/bench/buyers.ts';
-import { runPhase } from './lib/bench/cannon.ts';
-import { batchSummary, INSERT_FLOOR_ROWS, measureConsumer, measureInsertFloor, orderMessages } from './lib/bench/consumer.ts';
+import { combinePhases, runPhase } from './lib/bench/cannon.ts';
+import {
+  batchSummary,
+  combineInsertFloors,
+  INSERT_FLOOR_ROWS,
+  measureConsumer,
+  measureInsertFloor,
+  orderMessages,
+} from './lib/bench/consumer.ts';
 import { benchInvariants } from './lib/bench/invariants.ts';
 import { benchSecrets, shopperMinter } from './lib/bench/mint.ts';
 import { byClass, countCalls, objectCallsApi } from './lib/bench/objects.ts';
@@ -99,12 +106,12 @@ async function bench(o: BenchOptions) {
     }
 
     say(`Floor: GET /api/health for ${o.durationS} s...`);
-    const floor = await phase({ path: '/api/health' });
+    const floorBefore = await phase({ path: '/api/health' });
 
     // Enough shoppers that the phase runs its full time: never more than the floor route could
     // serve, and twice what the warm-up bought at (making a token costs the bench's CPU too).
-    const ceiling = Math.ceil(floor.rps * o.durationS * 1.2);
-    const count = o.purchases ?? Math.min(ceiling, Math.max(2_000, Math.ceil((warmRate ?? floor.rps) * o.durationS * 2)));
+    const ceiling = Math.ceil(floorBefore.rps * o.durationS * 1.2);
+    const count = o.purchases ?? Math.min(ceiling, Math.max(2_000, Math.ceil((warmRate ?? floorBefore.rps) * o.durationS * 2)));
     say(`Making ${fmt(count)} shoppers with a purchase token each...`);
     const users = await minter.users('buyer', count);
     const buyers = purchaseRequests(await minter.tokens(users, sale.goodsId), sale.goodsId, keyed);
@@ -141,10 +148,18 @@ async function bench(o: BenchOptions) {
     const soldOut = await profiled('soldOut', () =>
       phase({ maxRequests: soldOutCount, next: latecomers.next, onAnswer: acceptedCollector(acceptedSoldOut) }),
     );
+    // The floor again: the ratios divide by both runs together, so a machine that sped up or
+    // slowed down between the floor and the phases measured against it does not skew them.
+    say(`Floor again: GET /api/health for ${o.durationS} s...`);
+    const floorAfter = await phase({ path: '/api/health' });
+    const floor = combinePhases(floorBefore, floorAfter);
 
     say(`Consumer: ${fmt(o.consumerMessages)} orders straight to the order queue...`);
     const backlogGoods = await admin.createGoods({ stock: o.consumerMessages, title: 'Bench: consumer backlog' });
     const messages = orderMessages(backlogGoods, o.consumerMessages);
+    // The INSERT floor runs before and after the backlog, for the same reason as the floor route.
+    say('Insert floor: the same rows as plain multi-row INSERTs...');
+    const insertFloorBefore = await measureInsertFloor({ databaseUrl: stack.services.databaseUrl, messages, batchSize: INSERT_FLOOR_ROWS });
     const backlogStarted = Date.now();
     const backlog = await measureConsumer({
       mf: stack.mf,
@@ -153,8 +168,11 @@ async function bench(o: BenchOptions) {
       messages,
     });
     const backlogEnded = Date.now();
-    say('Insert floor: the same rows as plain multi-row INSERTs...');
-    const insertFloor = await measureInsertFloor({ databaseUrl: stack.services.databaseUrl, messages, batchSize: INSERT_FLOOR_ROWS });
+    say('Insert floor again...');
+    const insertFloor = combineInsertFloors(
+      insertFloorBefore,
+      await measureInsertFloor({ databaseUrl: stack.services.databaseUrl, messages, batchSize: INSERT_FLOOR_ROWS }),
+    );
 
     const model = await modelPhase(ctx, { calls: byClass(purchaseCalls), accepted: acceptedInPhase.size, rps: purchase.rps });
     const delayed = o.objectDelayMs > 0 ? await delayPhase(ctx, purchase) : undefined;
@@ -203,6 +221,7 @@ async function bench(o: BenchOptions) {
         limits,
       },
       floor,
+      floorRuns: { before: floorBefore, after: floorAfter, drift: round(floorAfter.rps / Math.max(floorBefore.rps, 1), 2) },
       purchase: {
         ...purchase,
         accepted: acceptedInPhase.size,

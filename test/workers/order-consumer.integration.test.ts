@@ -5,7 +5,14 @@ import { describe, expect, it } from 'vitest';
 import { seckillGoods, seckillOrder } from '../../db/schema';
 import type { GoodsStock } from '../../durable-objects/goods-stock/index';
 import worker from '../../workers/index';
-import type { OrderMessage, ReserveItem, TimeoutMessage, TimeoutPack } from '../../workers/kernel/contract';
+import {
+  type OrderMessage,
+  type OrderPack,
+  PACK_ORDERS_MAX,
+  type ReserveItem,
+  type TimeoutMessage,
+  type TimeoutPack,
+} from '../../workers/kernel/contract';
 import { groupByGoods } from '../../workers/queue/orders';
 import { createGoods, sql, stats, stockObject } from './helpers';
 
@@ -168,6 +175,27 @@ describe('order consumer', () => {
     expect(timeouts.packs.map((p) => p.orderIds.length)).toEqual([100]);
     const s = await stats(goodsId);
     expect(s).toMatchObject({ dbStock: 50, doRemaining: 50, queued: 0, orders: { PENDING_PAYMENT: 100 }, consistent: true });
+  });
+
+  it('writes a goods group larger than one statement holds, each order once and the stock taken once', async () => {
+    // 25 packs of 100: more orders than one statement writes (2,000), so the group goes in two.
+    const { goodsId } = await createGoods({ stock: 2_600 });
+    const users = Array.from({ length: 2_500 }, (_, i) => `big-${i}`);
+    const messages = await reserveHeld(goodsId, users);
+    const packs: OrderPack[] = [];
+    for (let i = 0; i < messages.length; i += PACK_ORDERS_MAX) {
+      packs.push({ v: 1, kind: 'reserve-pack', goodsId, orders: messages.slice(i, i + PACK_ORDERS_MAX) });
+    }
+    const timeouts = timeoutQueue();
+    const result = await deliver(packs, 1, { ...env, TIMEOUT_QUEUE: timeouts.queue });
+    expect(result.explicitAcks).toHaveLength(25);
+    expect(result.retryMessages).toHaveLength(0);
+    const orders = await ordersOf(goodsId);
+    expect(new Set(orders.map((o) => o.requestId)).size).toBe(2_500);
+    expect(orders).toHaveLength(2_500);
+    expect(timeouts.sent).toHaveLength(2_500);
+    const s = await stats(goodsId);
+    expect(s).toMatchObject({ dbStock: 100, doRemaining: 100, queued: 0, orders: { PENDING_PAYMENT: 2_500 }, consistent: true });
   });
 
   it('retries the whole group when the timeouts cannot be scheduled, and the retry makes no second order', async () => {

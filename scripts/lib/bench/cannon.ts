@@ -121,3 +121,34 @@ export function runPhase({
     });
   });
 }
+
+/**
+ * Two runs of the same phase as one: requests, time, outcomes and CPU added up (req/s and CPU
+ * per request over both), each latency percentile the slower of the two (percentiles do not add).
+ * The floor is measured before and after the phases it is the floor of, so a machine whose speed
+ * drifts between them moves the floor with them instead of skewing every ratio.
+ */
+export function combinePhases(a: PhaseResult, b: PhaseResult): PhaseResult {
+  const requests = a.requests + b.requests;
+  const durationS = a.durationS + b.durationS;
+  const outcomes: Record<string, number> = { ...a.outcomes };
+  for (const [k, v] of Object.entries(b.outcomes)) {
+    outcomes[k] = (outcomes[k] ?? 0) + v;
+  }
+  const weighted = (x: number | null, y: number | null) =>
+    x === null || y === null || requests === 0 ? null : Math.round((x * a.requests + y * b.requests) / requests);
+  return {
+    requests,
+    durationS,
+    rps: round(requests / Math.max(durationS, 0.001)),
+    p50Ms: Math.max(a.p50Ms, b.p50Ms),
+    p90Ms: Math.max(a.p90Ms, b.p90Ms),
+    p99Ms: Math.max(a.p99Ms, b.p99Ms),
+    maxMs: Math.max(a.maxMs, b.maxMs),
+    meanMs: requests ? round((a.meanMs * a.requests + b.meanMs * b.requests) / requests) : 0,
+    outcomes,
+    errors: a.errors + b.errors,
+    timeouts: a.timeouts + b.timeouts,
+    cpuUsPerRequest: weighted(a.cpuUsPerRequest, b.cpuUsPerRequest),
+  };
+}

@@ -7,7 +7,7 @@ import { cpus, loadavg, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fmt, formatOutcomes, round, table } from '../load/metrics.ts';
 import type { PhaseResult } from './cannon.ts';
-import type { batchSummary, ConsumerRun, measureInsertFloor } from './consumer.ts';
+import type { batchSummary, ConsumerRun, combineInsertFloors } from './consumer.ts';
 import type { BenchInvariants } from './invariants.ts';
 import type { CpuProfile, ProfileSummary } from './profile.ts';
 import { formatExtras } from './report-extras.ts';
@@ -33,12 +33,14 @@ export type BenchResult = Environment &
     database: string;
     options: { durationS: number; connections: number; idempotencyKeys: boolean; assets: boolean; redis: boolean };
     queue: QueuePhase | null;
+    /** The floor's two runs (before the purchase phase, after the sold-out phase); `floor` is both together. */
+    floorRuns?: { before: PhaseResult; after: PhaseResult; drift: number };
     consumer: Ratioed & {
       ordersPerSec: number;
       insertFloorPerSec: number;
       backlog: ConsumerRun;
       batches: BatchSummary;
-      insertFloor: Awaited<ReturnType<typeof measureInsertFloor>>;
+      insertFloor: ReturnType<typeof combineInsertFloors>;
       afterPurchase: { orders: number; drainMs: number; ordersPerSec: number; batches: BatchSummary; duringPhase: BatchSummary };
     };
     invariants: BenchInvariants;
@@ -137,11 +139,19 @@ export function formatBench(r: BenchResult): string {
   lines.push(
     table([
       ['phase', 'requests', 'req/s', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'CPU µs/req', 'vs floor', 'outcomes'],
-      row('floor: GET /api/health', r.floor, '1.00x'),
+      row('floor: GET /api/health (both runs)', r.floor, '1.00x'),
       row('purchase while stock lasts', r.purchase, `${r.purchase.ratioToFloor}x`),
       row('sold out', r.soldOut, `${r.soldOut.ratioToFloor}x`),
     ]),
   );
+  if (r.floorRuns) {
+    const { before, after, drift } = r.floorRuns;
+    lines.push(
+      `floor: ${fmt(before.rps)} req/s (${fmt(before.cpuUsPerRequest)} µs/req) before the purchase phase, ` +
+        `${fmt(after.rps)} req/s (${fmt(after.cpuUsPerRequest)} µs/req) after the sold-out phase: ${drift}x` +
+        `${Math.abs(drift - 1) > 0.15 ? ', the machine changed speed during the run' : ''}; the ratios use both`,
+    );
+  }
   const c = r.consumer;
   lines.push('');
   lines.push(
@@ -157,13 +167,13 @@ export function formatBench(r: BenchResult): string {
         `${c.ratioToFloor}x`,
       ],
       [
-        `plain INSERT, ${c.insertFloor.batchSize} rows each`,
+        `plain INSERT, ${c.insertFloor.batchSize} rows each (before and after)`,
         fmt(c.insertFloor.rows),
         fmt(c.insertFloorPerSec),
         fmt(c.insertFloor.statement.p50Ms, 1),
         fmt(c.insertFloor.statement.p90Ms, 1),
         fmt(c.insertFloor.statement.maxMs, 1),
-        '1.00x',
+        `1.00x (${c.insertFloor.runs.map((x) => fmt(x)).join(' and ')} rows/s)`,
       ],
       [
         'after the purchase phase',
