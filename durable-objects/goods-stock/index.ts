@@ -21,7 +21,7 @@ import { KeyedAccepts } from './keyed-accepts';
 import { type GiveBack, type Grant, Leases } from './leases';
 import { refusalsInGoodsUnits, reserveBatch, restoreUnsettled, returnRefused } from './ledger';
 import { mirrorExpectation, mirrorFullState, mirrorGoods, noteAccepted } from './mirror-view';
-import { Outbox } from './outbox';
+import { coalesceMs, Outbox } from './outbox';
 import { ReserveStore } from './reserve-store';
 import { quantityOf } from './rules';
 import { goodsFromPostgres, resultView, saleIsOn, stockSnapshot } from './sale';
@@ -72,6 +72,7 @@ export class GoodsStock extends DurableObject<Env> {
       queue: () => this.env.ORDER_QUEUE,
       goodsId,
       schedule: () => getConfig(this.env).retry,
+      coalesceMs: () => coalesceMs(this.leases.shards),
       retryAt,
     });
     const stockPart = () => (this.leases.shards > 1 ? String(this.leases.shard) : undefined);

@@ -25,6 +25,20 @@ const ROWS_PER_FLUSH = 1000;
  * messages; at rest a message waits this long more. The rows are committed before the wait.
  */
 export const SEND_COALESCE_MS = 10;
+/** A stock shard's wait is at most this many times SEND_COALESCE_MS (100 ms). */
+const MAX_COALESCE_FACTOR = 10;
+
+/**
+ * How long a flush waits for the next calls' rows in an object that holds one of `shards` stock
+ * shards. A shard hears about 1/shards of its goods' purchases, so with one goods' wait each of
+ * 8 shards sent a pack of about one order where one object sent a pack of ten: 8 times the queue
+ * messages, and consumer batches of 8 times fewer orders. Waiting `shards` times as long (at
+ * most 100 ms) keeps a shard's packs as full as one object's. Only the send waits: the rows are
+ * committed, and a shopper's order takes about a second to reach Postgres either way.
+ */
+export function coalesceMs(shards: number): number {
+  return SEND_COALESCE_MS * Math.min(MAX_COALESCE_FACTOR, Math.max(1, shards));
+}
 
 export type OutboxHost = {
   /** The queue, read at send time (the object's current binding). */
@@ -32,6 +46,8 @@ export type OutboxHost = {
   goodsId(): number | undefined;
   /** The retry and resend schedule in force (the configuration, read at send time). */
   schedule(): RetrySchedule;
+  /** How long a flush waits for the next calls' rows (coalesceMs of the object's shard count). */
+  coalesceMs(): number;
   /** Asks for an alarm at `at`, when the next row is due. */
   retryAt(at: number): void;
 };
@@ -48,12 +64,12 @@ export class Outbox {
   ) {}
 
   /**
-   * Sends due rows within SEND_COALESCE_MS: the first caller of a window starts the wait, the
-   * others' rows go with it. The promise (for waitUntil) ends when that send is done.
+   * Sends due rows within the host's coalescing wait: the first caller of a window starts the
+   * wait, the others' rows go with it. The promise (for waitUntil) ends when that send is done.
    */
   flushSoon(): Promise<void> {
     if (!this.soon) {
-      this.soon = new Promise<void>((resolve) => setTimeout(resolve, SEND_COALESCE_MS)).then(() => {
+      this.soon = new Promise<void>((resolve) => setTimeout(resolve, this.host.coalesceMs())).then(() => {
         this.soon = undefined;
         return this.flush();
       });

@@ -1,9 +1,11 @@
-import { env } from 'cloudflare:test';
+import { env, runInDurableObject } from 'cloudflare:test';
 import { eq } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { seckillOrder } from '../../db/schema';
+import type { GoodsStock } from '../../durable-objects/goods-stock/index';
+import { coalesceMs } from '../../durable-objects/goods-stock/outbox';
 import { goodsStock } from '../../durable-objects/routing';
-import type { StockSnapshot } from '../../workers/kernel/contract';
+import type { OrderPack, StockSnapshot } from '../../workers/kernel/contract';
 import { shardOf } from '../../workers/kernel/shards';
 import {
   ADMIN,
@@ -14,6 +16,7 @@ import {
   createGoods,
   devToken,
   driveTimeouts,
+  eventually,
   json,
   pool,
   purchaseToken,
@@ -221,6 +224,39 @@ describe('stock shards: a sale', () => {
     // see smaller batches, so more asks); a call per unit would be 300.
     expect(poolCalls).toBeLessThan(STOCK);
     await settled(goodsId, 60_000);
+  });
+
+  it("a shard waits for its shards' share of calls before it sends, so its packs fill as one object's do", async () => {
+    const { goodsId } = await createGoods({ stock: 40, shards: SHARDS });
+    const shard = 3;
+    const stub = goodsStock(env, { id: goodsId, shards: SHARDS, locationHint: null }, shard);
+    const sends: { at: number; orders: number }[] = [];
+    const recording = {
+      sendBatch: async (messages: Iterable<MessageSendRequest<OrderPack>>) => {
+        for (const m of messages) {
+          sends.push({ at: Date.now(), orders: m.body.orders.length });
+        }
+      },
+    } as unknown as Queue;
+    await runInDurableObject(stub, (instance: GoodsStock) => {
+      (instance as unknown as { env: Env }).env = { ...env, ORDER_QUEUE: recording };
+    });
+    const [a, b] = usersOn('coalesce', shard, SHARDS, 2);
+    const item = (userId: string | undefined, n: number) => ({
+      requestId: `${goodsId}.${'c'.repeat(21)}${n}`,
+      userId: userId ?? '',
+      tokenId: `coalesce-token-${goodsId}-${n}`,
+      tokenExpiresAt: Date.now() + 60_000,
+      keyed: false,
+    });
+    const started = Date.now();
+    expect((await stub.reserveMany(goodsId, [item(a, 1)], shard)).map((o) => o.ok)).toEqual([true]);
+    expect((await stub.reserveMany(goodsId, [item(b, 2)], shard)).map((o) => o.ok)).toEqual([true]);
+    await eventually(async () => sends.length > 0, 5_000);
+    // One of 8 shards waits 8 x SEND_COALESCE_MS (a timer never fires early), and the two calls'
+    // orders leave in one pack.
+    expect((sends[0]?.at ?? 0) - started).toBeGreaterThanOrEqual(coalesceMs(SHARDS));
+    expect(sends[0]?.orders).toBe(2);
   });
 
   it('a timed-out order gives its unit back to its shard, and a shopper of another shard buys it', async () => {

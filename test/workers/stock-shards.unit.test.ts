@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { coalesceMs, SEND_COALESCE_MS } from '../../durable-objects/goods-stock/outbox';
 import type { StockSnapshot } from '../../workers/kernel/contract';
 import { firstSeqOf, leaseChunk, SHARD_SEQ_SPAN, shardOf, shardOfOrderId, shardStocks, sumSnapshots } from '../../workers/kernel/shards';
 import { compareMirror } from '../../workers/mirror/compare';
@@ -117,5 +118,14 @@ describe('the mirror of a sharded goods', () => {
       expected: 5,
       found: 4,
     });
+  });
+});
+
+describe("a shard's send wait", () => {
+  it("is one object's wait times the shards, at most ten times it", () => {
+    expect(coalesceMs(1)).toBe(SEND_COALESCE_MS);
+    expect(coalesceMs(0)).toBe(SEND_COALESCE_MS);
+    expect(coalesceMs(8)).toBe(8 * SEND_COALESCE_MS);
+    expect(coalesceMs(64)).toBe(10 * SEND_COALESCE_MS);
   });
 });
