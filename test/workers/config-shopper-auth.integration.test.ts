@@ -200,6 +200,53 @@ describe('token lifetime', () => {
   });
 });
 
+describe('tokens verified before', () => {
+  const hs: ShopperAuthConfig = {
+    ...jwksOnly,
+    hs256Secret: 'verified-cache-secret-0123456789abcdef',
+    jwksUrl: undefined,
+    issuer: undefined,
+  };
+  const hsToken = (claimsOf: Record<string, unknown>) => sign(claimsOf, hs.hs256Secret ?? '', 'HS256');
+
+  it('checks the signature of a token once, then only its expiry and lifetime', async () => {
+    const verify = vi.spyOn(crypto.subtle, 'verify');
+    const now = Math.floor(Date.now() / 1000);
+    const token = await hsToken({ sub: 'again', iat: now, exp: now + 600 });
+    for (let i = 0; i < 5; i++) {
+      expect((await verifyShopperToken(token, hs)).sub).toBe('again');
+    }
+    expect(verify).toHaveBeenCalledTimes(1);
+    // Past a minute it is checked in full again.
+    expect((await verifyShopperToken(token, hs, Date.now() + 61_000)).sub).toBe('again');
+    expect(verify).toHaveBeenCalledTimes(2);
+  });
+
+  it('refuses a verified token once it has expired', async () => {
+    const now = Math.floor(Date.now() / 1000);
+    const token = await hsToken({ sub: 'brief', iat: now, exp: now + 5 });
+    expect((await verifyShopperToken(token, hs)).sub).toBe('brief');
+    vi.useFakeTimers({ toFake: ['Date'], now: (now + 6) * 1000 });
+    await expect(verifyShopperToken(token, hs)).rejects.toThrow();
+  });
+
+  it('takes nothing verified under one secret for another, and verifies a changed copy on its own', async () => {
+    const now = Math.floor(Date.now() / 1000);
+    const token = await hsToken({ sub: 'alice', iat: now, exp: now + 600 });
+    expect((await verifyShopperToken(token, hs)).sub).toBe('alice');
+    const rotated = { ...hs, hs256Secret: 'another-secret-0123456789abcdef-rotated' };
+    await expect(verifyShopperToken(token, rotated)).rejects.toThrow();
+    const [header, , signature] = token.split('.');
+    const forgedPayload = btoa(JSON.stringify({ sub: 'mallory', iat: now, exp: now + 600 }))
+      .replace(/=+$/, '')
+      .replace(/\+/g, '-')
+      .replace(/\//g, '_');
+    await expect(verifyShopperToken(`${header}.${forgedPayload}.${signature}`, hs)).rejects.toThrow();
+    // The true token still passes.
+    await expect(verifyShopperToken(token, hs)).resolves.toMatchObject({ sub: 'alice' });
+  });
+});
+
 describe('a login server that hangs', () => {
   it('serves the stale key set at once and refreshes it in the background, one fetch at a time', async () => {
     const now = Date.now();

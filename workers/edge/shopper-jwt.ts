@@ -39,6 +39,40 @@ const JwksBody = z.object({ keys: z.array(z.unknown()) });
 /** A refresh not finished after this long is presumed lost (its request was cancelled). */
 const REFRESH_STUCK_MS = 2 * FETCH_TIMEOUT_MS;
 
+/**
+ * Tokens this isolate verified lately, per auth configuration (a new secret or key set is a new
+ * configuration, so nothing verified under the old one is taken for the new). A shopper sends
+ * the same token with every request of a sale (challenge, token, purchase, each result poll);
+ * the same string with the same signature verifies the same way, so only its expiry and lifetime
+ * are checked again. An entry lasts at most VERIFIED_TTL_MS (a key the login withdrew stops
+ * counting within a minute) and never past the token's `exp`. Failures are not kept.
+ */
+const VERIFIED_TTL_MS = 60_000;
+const VERIFIED_MAX = 5_000;
+type Verified = { payload: JWTPayload; until: number };
+let verifiedByConfig = new WeakMap<ShopperAuthConfig, Map<string, Verified>>();
+
+function verifiedOf(auth: ShopperAuthConfig): Map<string, Verified> {
+  let verified = verifiedByConfig.get(auth);
+  if (!verified) {
+    verified = new Map();
+    verifiedByConfig.set(auth, verified);
+  }
+  return verified;
+}
+
+function rememberVerified(verified: Map<string, Verified>, token: string, payload: JWTPayload, now: number): void {
+  const exp = typeof payload.exp === 'number' ? payload.exp * 1000 : now;
+  if (verified.size >= VERIFIED_MAX) {
+    // The oldest entry goes (a Map keeps insertion order).
+    const oldest = verified.keys().next().value;
+    if (oldest !== undefined) {
+      verified.delete(oldest);
+    }
+  }
+  verified.set(token, { payload, until: Math.min(now + VERIFIED_TTL_MS, exp) });
+}
+
 /** Schedules work that must finish even if the request that started it ends (ctx.waitUntil). */
 export type WaitUntil = (promise: Promise<unknown>) => void;
 
@@ -153,6 +187,12 @@ export async function verifyShopperToken(
   now = Date.now(),
   waitUntil?: WaitUntil,
 ): Promise<JWTPayload> {
+  const verified = verifiedOf(auth);
+  const known = verified.get(token);
+  if (known && now < known.until) {
+    checkLifetime(known.payload, auth.maxLifetimeSeconds, now);
+    return known.payload;
+  }
   const verification = { iss: auth.issuer, aud: auth.audience };
   // The header alone picks the method; verify() reads the payload itself.
   const { alg, kid } = decodeHeader(token);
@@ -166,10 +206,12 @@ export async function verifyShopperToken(
     throw new Error(`tokens signed with ${alg} are not accepted`);
   }
   checkLifetime(payload, auth.maxLifetimeSeconds, now);
+  rememberVerified(verified, token, payload, now);
   return payload;
 }
 
-/** Forgets cached key sets (tests). */
+/** Forgets cached key sets and verified tokens (tests). */
 export function clearKeySets(): void {
   keySets.clear();
+  verifiedByConfig = new WeakMap();
 }

@@ -12,6 +12,7 @@ import type { BenchSecrets, Minter } from './mint.ts';
 import { type CapacityModel, type ClassInputs, callsWaited, capacityModel, modelInputs } from './model.ts';
 import { bundleModules, byClass, type ClassCalls, countCalls, cpuByClass, journeys, type ObjectCallsApi } from './objects.ts';
 import type { BenchOptions } from './options.ts';
+import { workerCpuMs } from './process-cpu.ts';
 import type { Profiler } from './profile.ts';
 import { type QueuePhase, runQueuePhase } from './room.ts';
 
@@ -52,7 +53,13 @@ async function purchases(
 export type ModelPhase = {
   model: CapacityModel;
   cpu: { durationS: number; purchases: number; rps: number; cpuMs: Record<string, number>; calls: ClassCalls; busyMs: number };
-  journey: { shoppers: number; accepted: number; refused: Record<string, number>; perPurchase: ClassInputs[] };
+  journey: {
+    shoppers: number;
+    accepted: number;
+    refused: Record<string, number>;
+    cpuUsPerJourney: number | null;
+    perPurchase: ClassInputs[];
+  };
 };
 
 /**
@@ -88,9 +95,16 @@ export async function modelPhase(
   c.say(`Journeys: ${journeyCount} shoppers through challenge, token and purchase...`);
   const journeyGoods = await saleGoods(c, 'journey', journeyCount);
   const journeyUsers = await c.minter.users('journey', journeyCount);
+  const journeyCpuBefore = workerCpuMs();
   const walked = await countCalls(c.calls, () =>
     journeys({ http: c.http, goodsId: journeyGoods.goodsId, users: journeyUsers, concurrency: Math.min(c.o.connections, 50) }),
   );
+  const journeyCpuAfter = workerCpuMs();
+  // The Worker's CPU for one shopper's three requests (and whatever they set off in the objects).
+  const cpuUsPerJourney =
+    journeyCpuBefore !== undefined && journeyCpuAfter !== undefined
+      ? Math.round(((journeyCpuAfter - journeyCpuBefore) * 1000) / Math.max(1, walked.result.shoppers))
+      : null;
   const busyUs = profile.samples.reduce((sum, _id, i) => sum + (profile.timeDeltas[i + 1] ?? 0), 0);
   return {
     result: {
@@ -103,7 +117,7 @@ export async function modelPhase(
         calls: cpuCalls,
         busyMs: round(busyUs / 1000),
       },
-      journey: { ...walked.result, perPurchase: modelInputs(byClass(walked.counts), walked.result.accepted) },
+      journey: { ...walked.result, cpuUsPerJourney, perPurchase: modelInputs(byClass(walked.counts), walked.result.accepted) },
     },
     // The journey's 202s are counted, not collected: its goods is checked through the stats alone.
     goods: [{ name: 'object CPU', goodsId: cpuGoods.goodsId, accepted: cpuAccepted }],

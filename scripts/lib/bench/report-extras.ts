@@ -67,7 +67,8 @@ export function formatExtras(r: Extras): string[] {
         ];
       }),
     ]),
-    `(shards modelled: ${MODEL_SHARDS.join(', ')}; a journey is challenge + token + purchase, ${fmt(journey.accepted)} of ${fmt(journey.shoppers)} accepted)`,
+    `(shards modelled: ${MODEL_SHARDS.join(', ')}; a journey is challenge + token + purchase, ${fmt(journey.accepted)} of ${fmt(journey.shoppers)} accepted, ` +
+      `${fmt(journey.cpuUsPerJourney)} µs of the Worker's CPU each)`,
   ];
   const rows: string[][] = [['phase', 'requests', 'req/s', 'p50 ms', 'p90 ms', 'p99 ms', 'notes']];
   const d = r.objectDelay;
