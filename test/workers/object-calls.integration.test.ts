@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { goodsStock, roomShard } from '../../durable-objects/routing';
 import type { ObjectCallsView } from '../../workers/kernel/object-calls';
 import { objectClassOf } from '../../workers/kernel/object-calls';
-import { ADMIN, buy, call, createGoods, json, settled, stockSnapshot } from './helpers';
+import { ADMIN, bearer, buy, buyOrder, call, createGoods, devToken, json, settled, stockSnapshot } from './helpers';
 
 const CALLS = '/admin/dev/faults/object-calls';
 
@@ -15,6 +15,10 @@ async function setCalls(body: Record<string, unknown>): Promise<ObjectCallsView>
   const res = await call(CALLS, { method: 'PUT', headers: ADMIN, json: body });
   expect(res.status).toBe(200);
   return json<ObjectCallsView>(res);
+}
+
+async function setFaults(body: Record<string, number>): Promise<void> {
+  expect((await call('/admin/dev/faults', { method: 'PUT', headers: ADMIN, json: body })).status).toBe(200);
 }
 
 async function readCalls(): Promise<ObjectCallsView> {
@@ -63,6 +67,38 @@ describe('object-call accounting', () => {
     const { counts } = await readCalls();
     expect(counts.GoodsStock?.settle).toEqual({ calls: 1, items: 1 });
     expect(counts.GoodsStock?.reserveMany).toEqual({ calls: 1, items: 0 });
+  });
+
+  it('asks the stock object for a result while it is QUEUED, and once for a final one', async () => {
+    const { goodsId } = await createGoods({ stock: 5 });
+    const jwt = await devToken('calls-result-1');
+    // The object's sends to the order queue fail, so the answer stays QUEUED while the test looks.
+    await setFaults({ queueSendFails: 60 });
+    try {
+      const { status, body } = await buy('calls-result-1', goodsId, { jwt });
+      expect(status).toBe(202);
+      const path = `/api/seckill/result/${String(body.requestId)}`;
+      await setCalls({ watch: true, reset: true });
+      for (let i = 0; i < 3; i++) {
+        expect(await json(await call(path, { headers: bearer(jwt) }))).toMatchObject({ status: 'QUEUED' });
+      }
+      expect((await readCalls()).counts.GoodsStock?.result).toEqual({ calls: 3, items: 3 });
+    } finally {
+      await setFaults({ queueSendFails: 0 });
+    }
+    await settled(goodsId);
+    const path = `/api/seckill/result/${(await buyOrder('calls-result-2', goodsId)).requestId}`;
+    const jwt2 = await devToken('calls-result-2');
+    await setCalls({ watch: true, reset: true });
+    const answers = [];
+    for (let i = 0; i < 4; i++) {
+      answers.push(await json(await call(path, { headers: bearer(jwt2) })));
+    }
+    expect(answers.every((a) => a.status === 'SUCCESS' && typeof a.orderId === 'string')).toBe(true);
+    // buyOrder read SUCCESS already: none of the four reached the object.
+    expect((await readCalls()).counts.GoodsStock?.result).toBeUndefined();
+    // Still the owner's alone.
+    expect((await call(path, { headers: bearer(jwt) })).status).toBe(404);
   });
 
   it('delays every call it counts and still delivers it', async () => {

@@ -1,5 +1,6 @@
 import { Hono } from 'hono';
 import { goodsStock, stockShardOf } from '../../../durable-objects/routing';
+import { knownResult, rememberResult } from '../../edge/result-cache';
 import { mirroredResult } from '../../edge/stock-reads';
 import { RequestParam } from '../../kernel/contract';
 import { AppError } from '../../kernel/errors';
@@ -14,14 +15,19 @@ const goodsOfRequest = validInto('param', RequestParam, (c, { requestId }) =>
 );
 
 /**
- * A purchase's answer, for its owner only: the mirror first, the goods' object when the mirror
- * lacks it (the shopper's own stock shard: only the owner's answer is ever shown).
+ * A purchase's answer, for its owner only: a final answer this isolate read before, else the
+ * mirror, else the goods' object (the shopper's own stock shard: only the owner's answer is
+ * ever shown).
  */
 export const result = new Hono<AppEnv>().get('/result/:requestId', shopperAuth, goodsOfRequest, loadGoods, async (c) => {
   const requestId = c.req.param('requestId');
   const view =
+    knownResult(requestId) ??
     (await mirroredResult(c.get('config'), requestId)) ??
     (await goodsStock(c.env, c.get('goods'), stockShardOf(c.get('goods'), c.get('userId'))).result(requestId));
+  if (view) {
+    rememberResult(view);
+  }
   // Someone else's request is reported as unknown, so ids cannot be probed.
   if (!view || view.userId !== c.get('userId')) {
     throw new AppError('NOT_FOUND', 'no such request');
