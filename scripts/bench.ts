@@ -177,7 +177,7 @@ async function bench(o: BenchOptions) {
     const model = await modelPhase(ctx, { calls: byClass(purchaseCalls), accepted: acceptedInPhase.size, rps: purchase.rps });
     const delayed = o.objectDelayMs > 0 ? await delayPhase(ctx, purchase) : undefined;
     const acceptedPerSec = round(acceptedInPhase.size / Math.max(purchase.durationS, 0.001));
-    const sharded = o.shards > 0 ? await shardPhase(ctx, { acceptedPerSec, shoppers: count }) : undefined;
+    const sharded = o.shards > 0 ? await profiled('shards', () => shardPhase(ctx, { acceptedPerSec, shoppers: count })) : undefined;
     const line = o.queueShoppers > 0 ? await queuePhase(ctx) : undefined;
     const classic = await classicPhase(ctx, count);
 

@@ -41,7 +41,15 @@ type Result = {
       inputs: { cls: string; callsPerPurchase: number; requestsPerPurchase: number; cpuMsPerCall: number | null }[];
       scenarios: { shards: number; production: { purchasesPerSec: number | null; limitedBy: string | null } }[];
     };
-    journey: { shoppers: number; accepted: number; perPurchase: { cls: string }[] };
+    journey: {
+      shoppers: number;
+      accepted: number;
+      final: number;
+      resultPolls: number;
+      pollsPerPurchase: number;
+      perPurchase: { cls: string; requestsPerPurchase: number }[];
+      scenarios: { shards: number; production: { purchasesPerSec: number | null } }[];
+    };
   };
   objectDelay: Phase & { delayMs: number; accepted: number; sequentialCallsP50: number };
   shards: { shardsAsked: number; shardsReported: number; soldAll: boolean; accepted: number };
@@ -125,6 +133,15 @@ describe('npm run bench', () => {
     expect(latest.model.model.scenarios.every((x) => x.production.limitedBy !== null)).toBe(true);
     expect(latest.model.journey.accepted).toBe(latest.model.journey.shoppers);
     expect(latest.model.journey.perPurchase.map((i) => i.cls)).toContain('GoodsStock');
+    // Every journey polled its result until it was final; with the mirror off each poll before
+    // the final one asked the stock object, so the journey asks it more than the purchase did.
+    const journey = latest.model.journey;
+    expect(journey.final).toBe(journey.accepted);
+    expect(journey.resultPolls).toBeGreaterThanOrEqual(journey.accepted);
+    expect(journey.pollsPerPurchase).toBeCloseTo(journey.resultPolls / journey.accepted, 2);
+    const stockInJourney = journey.perPurchase.find((i) => i.cls === 'GoodsStock')?.requestsPerPurchase ?? 0;
+    expect(stockInJourney).toBeGreaterThan(inputs.get('GoodsStock')?.requestsPerPurchase ?? 0);
+    expect(journey.scenarios.map((x) => x.shards)).toEqual([1, 8, 16, 64]);
 
     // Purchases went through under the delay; each waited on at least one delayed call.
     expect(latest.objectDelay.delayMs).toBe(50);

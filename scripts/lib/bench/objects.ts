@@ -3,9 +3,10 @@
 // shopper's whole journey through the HTTP flow, and the CPU each class's code spent, from a CPU
 // profile of the isolate that runs the Worker and its objects.
 import { readFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { CallCount, ObjectCallCounts, ObjectCallsBody, ObjectCallsView } from '../../../workers/kernel/object-calls.ts';
 import type { HttpClient } from '../load/http-client.ts';
-import { round } from '../load/metrics.ts';
+import { percentiles, round } from '../load/metrics.ts';
 import { challengeAnswer } from '../load/shoppers.ts';
 import type { BenchUser } from './mint.ts';
 import type { CpuProfile } from './profile.ts';
@@ -53,9 +54,28 @@ export async function countCalls<T>(api: ObjectCallsApi, run: () => Promise<T>):
   return { result, counts: await api.read() };
 }
 
+/** The shopper page's result polling: every second after the 202, until the answer is final. */
+export const RESULT_POLL_MS = 1_000;
+/** A journey stops polling after this many (the page slows down after ten and gives up after minutes). */
+const MAX_RESULT_POLLS = 30;
+
+/** What a journey's walk measured. */
+export type JourneyWalk = {
+  shoppers: number;
+  accepted: number;
+  refused: Record<string, number>;
+  /** Result polls the accepted shoppers made until their answer was final. */
+  resultPolls: number;
+  /** Accepted purchases whose answer was final (SUCCESS or FAIL) within MAX_RESULT_POLLS. */
+  final: number;
+  /** From the 202 to the poll that saw the final answer (ms). */
+  finalMs: { p50Ms: number | null; p90Ms: number | null };
+};
+
 /**
- * Shoppers through the HTTP flow one by one per worker (challenge, its answer, token, purchase),
- * as the shopper page does; returns how many the purchase accepted.
+ * Shoppers through the HTTP flow one by one per worker (challenge, its answer, token, purchase,
+ * then the result every RESULT_POLL_MS until it is final), as the shopper page does; returns how
+ * many the purchase accepted and how many polls their answers took.
  */
 export async function journeys({
   http,
@@ -67,9 +87,11 @@ export async function journeys({
   goodsId: number;
   users: BenchUser[];
   concurrency: number;
-}): Promise<{ shoppers: number; accepted: number; refused: Record<string, number> }> {
+}): Promise<JourneyWalk> {
   let next = 0;
   let accepted = 0;
+  let resultPolls = 0;
+  const finalMs: number[] = [];
   const refused: Record<string, number> = {};
   const refuse = (step: string, status: number) => {
     const key = `${step} ${status}`;
@@ -94,15 +116,38 @@ export async function journeys({
         continue;
       }
       const bought = await http.post(`/api/seckill/do/${issued.path}`, { headers, json: { goodsId, token: issued.token } });
-      if (bought.status === 202) {
-        accepted++;
-      } else {
+      const requestId = (bought.json as { requestId?: string } | undefined)?.requestId;
+      if (bought.status !== 202 || !requestId) {
         refuse('purchase', bought.status);
+        continue;
+      }
+      accepted++;
+      const acceptedAt = Date.now();
+      for (let poll = 0; poll < MAX_RESULT_POLLS; poll++) {
+        await sleep(RESULT_POLL_MS);
+        resultPolls++;
+        const answer = await http.get(`/api/seckill/result/${encodeURIComponent(requestId)}`, { headers });
+        const status = (answer.json as { status?: string } | undefined)?.status;
+        if (answer.status === 200 && (status === 'SUCCESS' || status === 'FAIL')) {
+          finalMs.push(Date.now() - acceptedAt);
+          break;
+        }
+        if (answer.status !== 200) {
+          refuse('result', answer.status);
+        }
       }
     }
   };
   await Promise.all(Array.from({ length: concurrency }, worker));
-  return { shoppers: users.length, accepted, refused };
+  const ranked = percentiles(finalMs);
+  return {
+    shoppers: users.length,
+    accepted,
+    refused,
+    resultPolls,
+    final: finalMs.length,
+    finalMs: { p50Ms: ranked.p50Ms, p90Ms: ranked.p90Ms },
+  };
 }
 
 /** Source files of the bundle by line: esbuild starts each module with a `// path` comment. */

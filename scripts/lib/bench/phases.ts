@@ -9,8 +9,17 @@ import { acceptedCollector, purchaseRequests } from './buyers.ts';
 import type { PhaseOptions, PhaseResult } from './cannon.ts';
 import { type ClassicRun, classicServices, runClassic } from './classic/index.ts';
 import type { BenchSecrets, Minter } from './mint.ts';
-import { type CapacityModel, type ClassInputs, callsWaited, capacityModel, modelInputs } from './model.ts';
-import { bundleModules, byClass, type ClassCalls, countCalls, cpuByClass, journeys, type ObjectCallsApi } from './objects.ts';
+import { type CapacityModel, type Ceiling, type ClassInputs, callsWaited, capacityModel, modelInputs } from './model.ts';
+import {
+  bundleModules,
+  byClass,
+  type ClassCalls,
+  countCalls,
+  cpuByClass,
+  type JourneyWalk,
+  journeys,
+  type ObjectCallsApi,
+} from './objects.ts';
 import type { BenchOptions } from './options.ts';
 import { workerCpuMs } from './process-cpu.ts';
 import type { Profiler } from './profile.ts';
@@ -53,12 +62,13 @@ async function purchases(
 export type ModelPhase = {
   model: CapacityModel;
   cpu: { durationS: number; purchases: number; rps: number; cpuMs: Record<string, number>; calls: ClassCalls; busyMs: number };
-  journey: {
-    shoppers: number;
-    accepted: number;
-    refused: Record<string, number>;
+  journey: JourneyWalk & {
     cpuUsPerJourney: number | null;
     perPurchase: ClassInputs[];
+    /** Result polls per accepted purchase. */
+    pollsPerPurchase: number;
+    /** The model again from the journey's counts: result polls included, one call per request. */
+    scenarios: { shards: number; production: Ceiling }[];
   };
 };
 
@@ -92,7 +102,7 @@ export async function modelPhase(
   });
 
   const journeyCount = Math.min(1_000, Math.max(50, c.o.connections * 2));
-  c.say(`Journeys: ${journeyCount} shoppers through challenge, token and purchase...`);
+  c.say(`Journeys: ${journeyCount} shoppers through challenge, token, purchase and result polls...`);
   const journeyGoods = await saleGoods(c, 'journey', journeyCount);
   const journeyUsers = await c.minter.users('journey', journeyCount);
   const journeyCpuBefore = workerCpuMs();
@@ -105,6 +115,7 @@ export async function modelPhase(
     journeyCpuBefore !== undefined && journeyCpuAfter !== undefined
       ? Math.round(((journeyCpuAfter - journeyCpuBefore) * 1000) / Math.max(1, walked.result.shoppers))
       : null;
+  const journeyInputs = modelInputs(byClass(walked.counts), walked.result.accepted);
   const busyUs = profile.samples.reduce((sum, _id, i) => sum + (profile.timeDeltas[i + 1] ?? 0), 0);
   return {
     result: {
@@ -117,7 +128,16 @@ export async function modelPhase(
         calls: cpuCalls,
         busyMs: round(busyUs / 1000),
       },
-      journey: { ...walked.result, cpuUsPerJourney, perPurchase: modelInputs(byClass(walked.counts), walked.result.accepted) },
+      journey: {
+        ...walked.result,
+        cpuUsPerJourney,
+        perPurchase: journeyInputs,
+        pollsPerPurchase: round(walked.result.resultPolls / Math.max(1, walked.result.accepted), 2),
+        scenarios: capacityModel(journeyInputs, walked.result.accepted).scenarios.map((s) => ({
+          shards: s.shards,
+          production: s.production,
+        })),
+      },
     },
     // The journey's 202s are counted, not collected: its goods is checked through the stats alone.
     goods: [{ name: 'object CPU', goodsId: cpuGoods.goodsId, accepted: cpuAccepted }],

@@ -3,6 +3,7 @@
 import { fmt, table } from '../load/metrics.ts';
 import type { ClassicRun } from './classic/index.ts';
 import { MODEL_SHARDS, objectsPerGoods, TARGET_PURCHASES_PER_SEC } from './model.ts';
+import { RESULT_POLL_MS } from './objects.ts';
 import type { DelayPhase, ModelPhase, ShardPhase } from './phases.ts';
 import type { QueuePhase } from './room.ts';
 
@@ -19,6 +20,7 @@ type Extras = {
 export function formatExtras(r: Extras): string[] {
   const { model, cpu, journey } = r.model;
   const journeyOf = new Map(journey.perPurchase.map((i) => [i.cls, i]));
+  const withPolls = new Map(journey.scenarios.map((s) => [s.shards, s.production]));
   const lines = [
     '',
     `Capacity model: object calls per accepted purchase (purchase phase, ${fmt(model.purchases)} purchases), CPU per call ` +
@@ -54,6 +56,8 @@ export function formatExtras(r: Extras): string[] {
         'purchases/s (one call per request)',
         'limited by',
         `hottest object at ${fmt(TARGET_PURCHASES_PER_SEC)}/s`,
+        'with result polls (journey)',
+        'limited by',
       ],
       ...model.scenarios.map((s) => {
         const hot = Object.entries(s.perObjectAtTarget).sort((a, b) => b[1] - a[1])[0];
@@ -64,11 +68,14 @@ export function formatExtras(r: Extras): string[] {
           fmt(s.production.purchasesPerSec),
           s.production.limitedBy ?? '-',
           hot ? `${hot[0]} ${fmt(hot[1])} calls/s` : '-',
+          fmt(withPolls.get(s.shards)?.purchasesPerSec),
+          withPolls.get(s.shards)?.limitedBy ?? '-',
         ];
       }),
     ]),
-    `(shards modelled: ${MODEL_SHARDS.join(', ')}; a journey is challenge + token + purchase, ${fmt(journey.accepted)} of ${fmt(journey.shoppers)} accepted, ` +
-      `${fmt(journey.cpuUsPerJourney)} µs of the Worker's CPU each)`,
+    `(shards modelled: ${MODEL_SHARDS.join(', ')}; a journey is challenge + token + purchase + the result every ${fmt(RESULT_POLL_MS / 1000)} s until final, ` +
+      `as the shopper page polls: ${fmt(journey.accepted)} of ${fmt(journey.shoppers)} accepted, ${fmt(journey.final)} final after ` +
+      `${fmt(journey.pollsPerPurchase, 2)} polls each (p50 ${fmt(journey.finalMs.p50Ms)} ms), ${fmt(journey.cpuUsPerJourney)} µs of the Worker's CPU each)`,
   ];
   const rows: string[][] = [['phase', 'requests', 'req/s', 'p50 ms', 'p90 ms', 'p99 ms', 'notes']];
   const d = r.objectDelay;
