@@ -45,11 +45,15 @@ async function bench(o: BenchOptions) {
     databaseUrl: o.databaseUrl,
     redisUrl: o.redisUrl,
     assets: o.assets,
+    entryWorker: o.entryWorker,
     bindings: secrets,
     verbose: o.verbose,
     inspectorPort,
   });
-  const http = httpClient(stack.url, { maxSockets: 8 });
+  // Cloudflare's edge sets the client's address; straight to the Worker's socket the bench does
+  // (Miniflare's entry worker would set the same).
+  const clientHeaders = { 'cf-connecting-ip': '127.0.0.1' };
+  const http = httpClient(stack.url, { maxSockets: 8, headers: clientHeaders });
   const profiler = await connectProfiler(inspectorPort);
   const profiles: Record<string, CpuProfile> = {};
   /** Runs a phase, CPU-profiled under --profile. */
@@ -66,7 +70,7 @@ async function bench(o: BenchOptions) {
     const admin = adminApi(http, stack.adminToken);
     const limits = await admin.setLimits(LOAD_TEST_LIMITS);
     const phase = (extra: Partial<Parameters<typeof runPhase>[0]>) =>
-      runPhase({ url: stack.url, connections: o.connections, durationS: o.durationS, ...extra });
+      runPhase({ url: stack.url, connections: o.connections, durationS: o.durationS, headers: clientHeaders, ...extra });
     const keyed = o.idempotencyKeys;
     // Every object call of the run is counted (the stubs made from here on).
     const calls = objectCallsApi(http, stack.adminToken);
@@ -82,6 +86,7 @@ async function bench(o: BenchOptions) {
       profiler,
       scriptPath: bundle.scriptPath,
       phase,
+      clientHeaders,
       say,
     };
 
@@ -212,6 +217,7 @@ async function bench(o: BenchOptions) {
         consumerMessages: o.consumerMessages,
         idempotencyKeys: keyed,
         assets: o.assets,
+        entryWorker: o.entryWorker,
         profile: o.profile,
         objectDelayMs: o.objectDelayMs,
         shards: o.shards,

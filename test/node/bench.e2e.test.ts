@@ -23,7 +23,7 @@ type Phase = {
 };
 type Result = {
   machine: { cpus: number; node: string };
-  options: { connections: number; durationS: number };
+  options: { connections: number; durationS: number; entryWorker: boolean };
   floor: Phase;
   purchase: Phase & { ratioToFloor: number; accepted: number };
   soldOut: Phase & { ratioToFloor: number };
@@ -92,7 +92,8 @@ describe('npm run bench', () => {
     const latest = JSON.parse(await readFile(join(out, 'latest.json'), 'utf8')) as Result;
     expect(JSON.parse(run.stdout)).toEqual(latest);
 
-    expect(latest.options).toMatchObject({ connections: 20, durationS: 2 });
+    // Straight to the Worker's own socket unless --entry-worker.
+    expect(latest.options).toMatchObject({ connections: 20, durationS: 2, entryWorker: false });
     expect(latest.machine.cpus).toBeGreaterThan(0);
     for (const phase of [latest.floor, latest.purchase, latest.soldOut]) {
       expect(phase.rps).toBeGreaterThan(0);

@@ -18,6 +18,8 @@ export type PhaseOptions = {
   next?: () => PhaseRequest;
   onAnswer?: (status: number, body: string, req: PhaseRequest | undefined) => void;
   timeoutS?: number;
+  /** Headers every request carries (a request's own headers win). */
+  headers?: Record<string, string>;
 };
 
 export type PhaseResult = {
@@ -62,6 +64,7 @@ export function runPhase({
   next,
   onAnswer,
   timeoutS = 10,
+  headers = {},
 }: PhaseOptions): Promise<PhaseResult> {
   const outcomes: Record<string, number> = {};
   const options: autocannon.Options = {
@@ -69,6 +72,7 @@ export function runPhase({
     connections,
     duration: durationS,
     timeout: timeoutS,
+    headers,
     ...(maxRequests ? { maxOverallRequests: Math.max(maxRequests, connections) } : {}),
   };
   if (next) {
@@ -79,7 +83,7 @@ export function runPhase({
         setupRequest: (req, context) => {
           const r = next();
           sent.set(context, r);
-          return { ...req, ...r };
+          return { ...req, ...r, headers: { ...headers, ...r.headers } };
         },
         onResponse: (status, body, context) => {
           const outcome = outcomeOf(status, body);

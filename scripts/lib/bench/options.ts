@@ -21,6 +21,8 @@ a redis-server and PostgreSQL answer), the targets, and the invariants afterward
   --redis-url URL          turn the Redis mirror on against this redis-server (default: off)
   --idempotency-keys       send an Idempotency-Key with every purchase, as the shopper page does
   --assets                 keep Miniflare's static-assets routing in front of the Worker
+  --entry-worker           send the requests through Miniflare's entry worker, the local stand-in
+                           for Cloudflare's front line, instead of to the Worker's own socket
   --out DIR                where results go (default bench/results, ignored by git)
   --json                   print the result JSON instead of the table
   --object-delay-ms N      delay before every object call in the delay phase (default 50; 0: no phase)
@@ -50,6 +52,7 @@ const OPTIONS = {
   'redis-url': { type: 'string' },
   'idempotency-keys': { type: 'boolean' },
   assets: { type: 'boolean' },
+  'entry-worker': { type: 'boolean' },
   out: { type: 'string' },
   json: { type: 'boolean' },
   verbose: { type: 'boolean' },
@@ -96,6 +99,7 @@ function benchSettings(values: Values) {
     redisUrl: values['redis-url'],
     idempotencyKeys: values['idempotency-keys'] ?? false,
     assets: values.assets ?? false,
+    entryWorker: values['entry-worker'] ?? false,
     out: values.out ?? 'bench/results',
     json: values.json ?? false,
     verbose: values.verbose ?? false,

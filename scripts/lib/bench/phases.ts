@@ -36,6 +36,8 @@ export type BenchContext = {
   profiler: Profiler;
   scriptPath: string;
   phase: (extra: Partial<PhaseOptions>) => Promise<PhaseResult>;
+  /** Headers every request of the run carries (the client address Cloudflare's edge would set). */
+  clientHeaders: Record<string, string>;
   say: (line: string) => void;
 };
 export type CheckedGoods = { name: string; goodsId: number; accepted: Set<string> };
@@ -248,6 +250,7 @@ export async function queuePhase(c: BenchContext): Promise<{ result: QueuePhase;
     admitPerSecond,
     connections: c.o.connections,
     timeoutMs: Math.ceil((n / admitPerSecond) * 3_000) + 60_000,
+    headers: c.clientHeaders,
   });
   return { result: phase, goods: [{ name: 'waiting room', goodsId: goods.goodsId, accepted }] };
 }

@@ -57,6 +57,8 @@ export async function runQueuePhase(o: {
   admitPerSecond: number;
   connections: number;
   timeoutMs: number;
+  /** Headers the live connections carry (the HTTP client has its own). */
+  headers?: Record<string, string>;
 }): Promise<{ phase: QueuePhase; accepted: Set<string> }> {
   const shoppers: Shopper[] = o.users.map((u) => ({ ...u, joinedAt: 0, etaS: 0, done: false }));
   const accepted = new Set<string>();
@@ -105,7 +107,9 @@ export async function runQueuePhase(o: {
     o.connections,
     (s) =>
       new Promise<void>((resolve) => {
-        const socket = new WebSocket(`${wsBase}/api/seckill/goods/${o.goodsId}/live?ticket=${encodeURIComponent(s.ticket ?? '')}`);
+        const socket = new WebSocket(`${wsBase}/api/seckill/goods/${o.goodsId}/live?ticket=${encodeURIComponent(s.ticket ?? '')}`, {
+          headers: o.headers ?? {},
+        });
         s.socket = socket;
         socket.on('open', () => resolve());
         socket.on('error', () => resolve());

@@ -13,7 +13,18 @@ export type HttpClient = ReturnType<typeof httpClient>;
 type Attempt = Omit<Answer, 'ms'> & { staleSocket?: boolean };
 
 /** `baseUrl` e.g. http://127.0.0.1:8787 (a path prefix is kept). */
-export function httpClient(baseUrl: string, { maxSockets = 100, timeoutMs = 10_000 }: { maxSockets?: number; timeoutMs?: number } = {}) {
+export function httpClient(
+  baseUrl: string,
+  {
+    maxSockets = 100,
+    timeoutMs = 10_000,
+    headers: defaultHeaders = {},
+  }: {
+    maxSockets?: number;
+    timeoutMs?: number /** Sent with every request (a request's own win). */;
+    headers?: Record<string, string>;
+  } = {},
+) {
   const base = new URL(baseUrl);
   const secure = base.protocol === 'https:';
   const transport = secure ? https : http;
@@ -35,7 +46,7 @@ export function httpClient(baseUrl: string, { maxSockets = 100, timeoutMs = 10_0
   const stats = { staleRetries: 0 };
 
   function once(method: string, path: string, init: RequestInit): Promise<Answer & { staleSocket?: boolean }> {
-    const headers: Record<string, string> = { ...init.headers };
+    const headers: Record<string, string> = { ...defaultHeaders, ...init.headers };
     let body = init.body;
     if (init.json !== undefined) {
       body = JSON.stringify(init.json);
