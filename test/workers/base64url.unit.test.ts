@@ -21,6 +21,28 @@ describe('base64url', () => {
     expect(toBase64Url(new Uint8Array([251, 255, 191]))).toBe('-_-_');
   });
 
+  it('decodes what atob decodes, bits past the last byte ignored, and refuses what atob or the alphabet refuses', () => {
+    const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+    const viaAtob = (s: string) => {
+      const bin = atob(s.replaceAll('-', '+').replaceAll('_', '/') + '='.repeat((4 - (s.length % 4)) % 4));
+      return Uint8Array.from(bin, (c) => c.charCodeAt(0));
+    };
+    for (let length = 0; length <= 41; length++) {
+      if (length % 4 === 1) {
+        continue;
+      }
+      for (let n = 0; n < 20; n++) {
+        // Random characters, so the last one often carries bits no byte holds (atob drops them).
+        const s = Array.from(crypto.getRandomValues(new Uint8Array(length)), (b) => alphabet[b % 64]).join('');
+        expect(fromBase64Url(s)).toEqual(viaAtob(s));
+      }
+    }
+    for (const bad of ['A', 'AAAAA', 'AA=', 'AAA=', 'AAAA==', 'AB+C', 'AB/C', 'AB C', 'ABCé', '\u0100AAA']) {
+      expect(fromBase64Url(bad)).toBeUndefined();
+    }
+    expect(fromBase64Url('')).toEqual(new Uint8Array(0));
+  });
+
   it('makes ids of 22 URL-safe characters', () => {
     const ids = new Set(Array.from({ length: 1000 }, () => randomId()));
     expect(ids.size).toBe(1000);

@@ -79,16 +79,57 @@ export function toBase64Url(bytes: Uint8Array): string {
   return out;
 }
 
-export function fromBase64Url(s: string): Uint8Array | undefined {
-  if (!/^[A-Za-z0-9_-]*$/.test(s)) {
+/** Each base64url character's 6 bits, by char code; -1 for everything else. */
+const B64URL_BITS = new Int8Array(128).fill(-1);
+for (let i = 0; i < B64URL.length; i++) {
+  B64URL_BITS[B64URL.charCodeAt(i)] = i;
+}
+
+/** The 6 bits of the character at `i`; -1 outside the alphabet. */
+function bitsAt(s: string, i: number): number {
+  return B64URL_BITS[s.charCodeAt(i)] ?? -1;
+}
+
+/**
+ * Unpadded base64url to bytes, as `atob` reads it after the alphabet swap; undefined for any
+ * other character (padding included) or a length no encoding has (4n + 1). Straight from the
+ * characters: every purchase decodes its token this way.
+ */
+export function fromBase64Url(text: string): Uint8Array | undefined {
+  const rest = text.length % 4;
+  if (rest === 1) {
     return undefined;
   }
-  try {
-    const bin = atob(s.replaceAll('-', '+').replaceAll('_', '/') + '='.repeat((4 - (s.length % 4)) % 4));
-    return Uint8Array.from(bin, (c) => c.charCodeAt(0));
-  } catch {
-    return undefined;
+  const out = new Uint8Array(Math.floor((text.length * 3) / 4));
+  let o = 0;
+  let i = 0;
+  for (; i + 3 < text.length; i += 4) {
+    const a = bitsAt(text, i);
+    const b = bitsAt(text, i + 1);
+    const c = bitsAt(text, i + 2);
+    const d = bitsAt(text, i + 3);
+    if ((a | b | c | d) < 0) {
+      return undefined;
+    }
+    const n = (a << 18) | (b << 12) | (c << 6) | d;
+    out[o++] = n >> 16;
+    out[o++] = (n >> 8) & 255;
+    out[o++] = n & 255;
   }
+  if (rest >= 2) {
+    const a = bitsAt(text, i);
+    const b = bitsAt(text, i + 1);
+    const c = rest === 3 ? bitsAt(text, i + 2) : 0;
+    if ((a | b | c) < 0) {
+      return undefined;
+    }
+    const n = (a << 18) | (b << 12) | (c << 6);
+    out[o++] = n >> 16;
+    if (rest === 3) {
+      out[o++] = (n >> 8) & 255;
+    }
+  }
+  return out;
 }
 
 /** 22 url-safe random characters (132 bits). */
