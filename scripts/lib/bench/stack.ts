@@ -4,8 +4,8 @@
 // - Requests go to the Worker's own socket, not through Miniflare's entry worker, the local
 //   stand-in for Cloudflare's front line (it sets CF-Connecting-IP, which the bench then sends
 //   itself, as Cloudflare's edge does). On this machine the entry worker cost workerd about
-//   250 µs of CPU per GET and 550 µs per POST with a purchase's body, more than a trivial route
-//   of the Worker itself (about 160 µs). `--entry-worker` keeps it.
+//   270-300 µs of CPU per GET and 550 µs per POST with a purchase's body, more than the Worker
+//   itself spends answering such a request at once (150-180 µs). `--entry-worker` keeps it.
 // - No static-assets layer by default. In production Cloudflare routes /api/* and /admin/* past
 //   the assets before the Worker runs; Miniflare does that routing in two extra workers inside
 //   the same workerd process, which on this machine costs more than half of a trivial route's
