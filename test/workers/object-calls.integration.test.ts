@@ -97,12 +97,13 @@ describe('object-call accounting', () => {
     const watched = goodsStock(env, goods);
     expect(watched.id.equals(plain.id)).toBe(true);
     const seen = await watched.snapshot();
-    expect((await readCalls()).counts).toEqual({ GoodsStock: { snapshot: { calls: 1, items: 1 } } });
+    // Only this goods' class: an earlier test's purchases may still report to the guard shards.
+    expect((await readCalls()).counts.GoodsStock).toEqual({ snapshot: { calls: 1, items: 1 } });
     await setCalls({ reset: true });
     expect(await plain.snapshot()).toEqual(seen);
     await setCalls({ watch: false });
     expect(await goodsStock(env, goods).snapshot()).toEqual(seen);
-    expect((await readCalls()).counts).toEqual({});
+    expect((await readCalls()).counts.GoodsStock).toBeUndefined();
   });
 
   it('sends fetch, a method of the stub itself, through a watched stub', async () => {
@@ -110,7 +111,7 @@ describe('object-call accounting', () => {
     const res = await roomShard(env, { id: 987_002, locationHint: null }, 0).fetch(new Request('https://room.test/live'));
     expect(res).toBeInstanceOf(Response);
     await res.body?.cancel();
-    expect((await readCalls()).counts).toEqual({ WaitingRoom: { fetch: { calls: 1, items: 1 } } });
+    expect((await readCalls()).counts.WaitingRoom).toEqual({ fetch: { calls: 1, items: 1 } });
   });
 
   it('names the class of every object routing makes', () => {
