@@ -161,7 +161,12 @@ describe('the goods object counts without scanning', () => {
       state.storage.sql.exec('UPDATE outbox SET next_at = 0 WHERE sends = 0');
     });
     await rebindQueue(goodsId, blackHole);
-    await runDurableObjectAlarm(stub);
+    // On a busy machine the refused send's own retry can be under way when the test runs the alarm:
+    // run it until the row has gone (an alarm that never comes back for it still fails here).
+    await eventually(async () => {
+      await runDurableObjectAlarm(stub);
+      return (await stub.snapshot())?.outboxPending === 0 ? true : undefined;
+    });
     expect(await stub.snapshot()).toMatchObject({ outboxPending: 0, queued: 2 });
     expect(await recount(goodsId)).toMatchObject({ outboxPending: 0, queued: 2 });
   });
