@@ -1,6 +1,7 @@
 import { and, asc, eq, gt, inArray, sql } from 'drizzle-orm';
 import { z } from 'zod';
-import type { CreateGoodsBody, GoodsInit, GoodsPlacement, UpdateGoodsBody } from '../workers/kernel/contract';
+import type { GoodsInit, GoodsPlacement } from '../workers/kernel/contract';
+import type { CreateGoodsBody, UpdateGoodsBody } from '../workers/kernel/http-bodies';
 import { PREWARM_AHEAD_MS, RECONCILE_ENDED_WITHIN_MS } from '../workers/kernel/schedule';
 import type { AnyDb, Db } from './client';
 import type { SqlExecutor } from './orders';

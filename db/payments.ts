@@ -1,5 +1,5 @@
 import { and, asc, count, eq, inArray, lte } from 'drizzle-orm';
-import type { PaymentCallbackBody } from '../workers/kernel/contract';
+import type { PaymentCallbackBody } from '../workers/kernel/http-bodies';
 import type { AnyDb, Db } from './client';
 import type { OrderRow } from './lifecycle';
 import { decidePaymentEvent, type EventOutcome, isPaymentStatus, type PaymentStatus } from './payment-decision';

@@ -1,8 +1,8 @@
 import { guardShard } from '../../durable-objects/routing';
 import type { Config } from '../kernel/config';
-import type { TokenBody } from '../kernel/contract';
 import { randomId, safeEqual } from '../kernel/crypto';
 import { AppError } from '../kernel/errors';
+import type { TokenBody } from '../kernel/http-bodies';
 import { POW_ALGORITHM, verifyPow } from '../kernel/pow';
 import { answerHash, type Challenge, openChallenge, sealChallenge } from './signed';
 import { verifyTurnstile } from './turnstile';

@@ -1,5 +1,5 @@
 import type { Config } from '../kernel/config';
-import type { PayBody } from '../kernel/contract';
+import type { PayBody } from '../kernel/http-bodies';
 
 /** What the shop asks a provider to collect: one order's price. */
 export type PaymentIntent = {

@@ -2,8 +2,8 @@
 // payment's result the way a real provider does, as a signed webhook to this Worker's
 // callback route. Staging and production bundles do not contain this module.
 import { exports as workerExports } from 'cloudflare:workers';
-import type { PaymentCallbackBody } from '../kernel/contract';
 import { hmacHex, randomId } from '../kernel/crypto';
+import type { PaymentCallbackBody } from '../kernel/http-bodies';
 import { log } from '../kernel/log';
 import type { PaymentIntent, PaymentProvider, ProviderContext } from './provider';
 

@@ -1,5 +1,5 @@
-import { PaymentCallbackBody } from '../kernel/contract';
 import { hmacHex, safeEqual } from '../kernel/crypto';
+import { PaymentCallbackBody } from '../kernel/http-bodies';
 
 const HEX_SHA256 = /^[0-9a-f]{64}$/;
 

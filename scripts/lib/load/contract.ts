@@ -6,8 +6,9 @@
 // The stats, goods and challenge answers are typed beside their routes in the Worker, in
 // modules bound to workerd's globals, so they are described here by the fields the tools use.
 import { z } from 'zod';
-import type { CreateGoodsBody, ResultView, TokenBody } from '../../../workers/kernel/contract.ts';
+import type { ResultView } from '../../../workers/kernel/contract.ts';
 import type { errorBody } from '../../../workers/kernel/errors.ts';
+import type { CreateGoodsBody, TokenBody } from '../../../workers/kernel/http-bodies.ts';
 
 /** `T`, checked to be assignable to `U` (a Worker type a reader here must accept). */
 type Accepted<T extends U, U> = T;

@@ -2,7 +2,7 @@ import type { Context } from 'hono';
 import { createMiddleware } from 'hono/factory';
 import type { GoodsRow } from '../../../db/goods';
 import { getGoods } from '../../edge/goods-cache';
-import { GoodsParam } from '../../kernel/contract';
+import { GoodsParam } from '../../kernel/http-bodies';
 import type { AppEnv } from '../context';
 import { validInto } from './validate';
 

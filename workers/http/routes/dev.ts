@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { sign } from 'hono/jwt';
-import { DevTokenBody } from '../../kernel/contract';
 import { AppError } from '../../kernel/errors';
+import { DevTokenBody } from '../../kernel/http-bodies';
 import type { AppEnv } from '../context';
 import { valid } from '../middleware/validate';
 

@@ -16,8 +16,9 @@ import {
 import { reserve } from '../../edge/reserve-client';
 import { claimedPurchaseExpiry } from '../../edge/signed';
 import { acceptedKeyedOf, markInStock, markSoldOut, rememberKeyedAnswer } from '../../edge/sold-out';
-import { IdempotencyHeader, PurchaseBody, PurchasePathParam, type ReserveOutcome } from '../../kernel/contract';
+import type { ReserveOutcome } from '../../kernel/contract';
 import { AppError, type ErrorCode } from '../../kernel/errors';
+import { IdempotencyHeader, PurchaseBody, PurchasePathParam } from '../../kernel/http-bodies';
 import { admissionRate } from '../../kernel/limits';
 import { log } from '../../kernel/log';
 import { type AppEnv, waitUntilOf } from '../context';

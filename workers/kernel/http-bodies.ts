@@ -1,0 +1,144 @@
+// HTTP bodies: the requests' paths, queries and bodies the routes validate. What crosses
+// the other boundaries (queues, RPC) is in contract.ts.
+import { z } from 'zod';
+import { Eligibility, GoodsId, IdempotencyKey, LimitScope, LocationHint, OrderId, PerUserLimit, RequestId, UserId } from './contract';
+import { QueueSettings } from './waiting-room';
+
+/** Sale dates are bounded to years 2000-9999: inside what Postgres and JavaScript dates hold, and any real sale. */
+export const EARLIEST_SALE_DATE = Date.UTC(2000, 0, 1);
+export const LATEST_SALE_DATE = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+const Millis = z
+  .union([z.number().int(), z.string().datetime({ offset: true })])
+  .transform((v) => new Date(v).getTime())
+  .pipe(
+    z
+      .number({ error: 'not a valid date' })
+      .min(EARLIEST_SALE_DATE, 'must be in the years 2000-9999')
+      .max(LATEST_SALE_DATE, 'must be in the years 2000-9999'),
+  );
+
+/** Control characters (NUL included) and unpaired surrogates: Postgres text cannot hold some, and no title needs them. */
+const CONTROL_CHARACTERS = /[\p{Cc}\p{Cs}]/u;
+/** Free text a shopper sees (a goods' title): printable, one line. */
+const DisplayText = (max: number) =>
+  z
+    .string()
+    .trim()
+    .min(1)
+    .max(max)
+    .refine((t) => !CONTROL_CHARACTERS.test(t), 'must not contain control characters');
+
+/** How many objects a goods' stock is spread over. */
+const StockShards = z.number().int().min(1).max(64);
+
+export const CreateGoodsBody = z
+  .object({
+    activityId: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+    title: DisplayText(200),
+    imageUrl: z.string().url().max(2000).optional(),
+    priceCents: z.number().int().nonnegative().max(100_000_000),
+    stock: z.number().int().nonnegative().max(10_000_000),
+    startAt: Millis,
+    endAt: Millis,
+    payTimeoutSeconds: z.number().int().min(1).max(43_200).optional(),
+    locationHint: LocationHint.optional(),
+    queue: QueueSettings.optional(),
+    shards: StockShards.optional(),
+    perUserLimit: PerUserLimit.optional(),
+    limitScope: LimitScope.optional(),
+    eligibility: Eligibility.optional(),
+  })
+  .refine((b) => b.endAt > b.startAt, { message: 'endAt must be after startAt', path: ['endAt'] });
+export type CreateGoodsBody = z.infer<typeof CreateGoodsBody>;
+
+/** PUT /admin/goods/:goodsId: the settings that may change after creation. */
+export const UpdateGoodsBody = z
+  .object({
+    queue: QueueSettings.optional(),
+    perUserLimit: PerUserLimit.optional(),
+    limitScope: LimitScope.optional(),
+    eligibility: Eligibility.optional(),
+    shards: StockShards.optional(),
+  })
+  .strict()
+  .refine((b) => Object.keys(b).length > 0, 'name at least one setting to change');
+export type UpdateGoodsBody = z.infer<typeof UpdateGoodsBody>;
+
+/** A `/goods/:goodsId/...` path. */
+export const GoodsParam = z.object({ goodsId: GoodsId });
+
+/** A `/result/:requestId` path. */
+export const RequestParam = z.object({ requestId: RequestId });
+/** The hidden purchase path: 32 url-safe characters derived from the purchase token. */
+export const PurchasePathParam = z.object({ path: z.string().regex(/^[A-Za-z0-9_-]{32}$/, 'not a purchase path') });
+export const IdempotencyHeader = z.object({ 'idempotency-key': IdempotencyKey.optional() });
+
+export const DevTokenBody = z.object({ userId: UserId });
+/** Proof-of-work nonce: whatever string the client found (printable ASCII). */
+export const PowNonce = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[\x21-\x7e]+$/, 'printable ASCII only');
+const ChallengeIdField = z.string().min(1).max(1024);
+export const TokenBody = z.union([
+  z.object({ challengeId: ChallengeIdField, answer: z.union([z.string().max(64), z.number()]), powNonce: PowNonce.optional() }),
+  z.object({ turnstileToken: z.string().min(1).max(4096), challengeId: ChallengeIdField.optional(), powNonce: PowNonce.optional() }),
+]);
+export type TokenBody = z.infer<typeof TokenBody>;
+export const PurchaseBody = z.object({
+  goodsId: GoodsId,
+  token: z.string().min(1).max(1024),
+  /** Units to buy: 1..the goods' perUserLimit (checked against the goods once it is loaded). */
+  quantity: z.number().int().min(1).max(100).default(1),
+});
+
+/** Most shopper ids one allowlist change may name (both lists together). */
+export const ALLOWLIST_CHANGE_MAX = 200_000;
+/** PUT /admin/goods/:goodsId/allowlist. */
+export const AllowlistBody = z
+  .object({ add: z.array(UserId).max(ALLOWLIST_CHANGE_MAX).optional(), remove: z.array(UserId).max(ALLOWLIST_CHANGE_MAX).optional() })
+  .strict()
+  .refine((b) => (b.add?.length ?? 0) + (b.remove?.length ?? 0) <= ALLOWLIST_CHANGE_MAX, `at most ${ALLOWLIST_CHANGE_MAX} ids per change`);
+export type AllowlistBody = z.infer<typeof AllowlistBody>;
+
+// Orders, payments and dead letters.
+export const OrderParam = z.object({ orderId: OrderId });
+
+/** Our payment ids: made by the shop when a payment starts, echoed by the provider's webhook. */
+export const PaymentId = z.string().regex(/^pay_[A-Za-z0-9_-]{22}$/, 'not a payment id');
+
+export const PayBody = z
+  .object({
+    /** Sandbox provider only: how the simulated payment ends; `hold` waits for the shopper to finish it. */
+    outcome: z.enum(['succeed', 'fail', 'hold']).optional(),
+  })
+  .strict();
+export type PayBody = z.infer<typeof PayBody>;
+
+/** The provider's webhook body (signed; verified before this is parsed). */
+export const PaymentCallbackBody = z.object({
+  eventId: z
+    .string()
+    .min(1)
+    .max(128)
+    .regex(/^[\x21-\x7e]+$/, 'printable ASCII only'),
+  paymentId: PaymentId,
+  orderId: OrderId,
+  status: z.enum(['SUCCEEDED', 'FAILED']),
+  amountCents: z.number().int().nonnegative().max(2_147_483_647),
+});
+export type PaymentCallbackBody = z.infer<typeof PaymentCallbackBody>;
+
+export const SandboxCompleteBody = z.object({ outcome: z.enum(['succeed', 'fail']).default('succeed') }).strict();
+
+export const DeadLetterQuery = z.object({
+  goodsId: GoodsId.optional(),
+  state: z.enum(['open', 'redriven', 'all']).default('open'),
+  limit: z.coerce.number().int().min(1).max(500).default(100),
+});
+export const DeadLetterParam = z.object({ id: z.coerce.number().int().positive().max(Number.MAX_SAFE_INTEGER) });
+export const RedriveGoodsBody = z.object({ goodsId: z.number().int().positive().max(Number.MAX_SAFE_INTEGER) }).strict();
+
+/** POST /admin/reconcile: every goods in scope, or only `goodsId`. */
+export const ReconcileQuery = z.object({ goodsId: GoodsId.optional() }).strict();
