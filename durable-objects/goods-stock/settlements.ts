@@ -35,6 +35,7 @@ export function releaseAndMirror(
 /**
  * Confirmed orders, failures that give the units back, or a SOLD_OUT from Postgres, whose units
  * are held aside (see refuseOne). A settled reservation's outbox row goes: nothing sends it again.
+ * Applied in order; each run of confirmations between the others goes in one statement.
  */
 export function applySettlements(
   store: StockStorage,
@@ -44,13 +45,23 @@ export function applySettlements(
   now: number,
 ): SettleCounts {
   const counts: SettleCounts = { confirmed: 0, released: 0, refused: 0 };
+  let run: string[] = [];
+  const confirmRun = () => {
+    for (const { requestId, userId } of store.confirmMany(run, now)) {
+      counts.confirmed++;
+      mirror.noteResult({ requestId, userId, value: `SUCCESS:${orderIds.get(requestId)}` });
+    }
+    run = [];
+  };
+  const orderIds = new Map<string, string>();
   for (const s of settlements) {
     if (s.ok) {
-      for (const userId of store.confirm(s.requestId, now)) {
-        counts.confirmed++;
-        mirror.noteResult({ requestId: s.requestId, userId, value: `SUCCESS:${s.orderId}` });
-      }
-    } else if (s.reason === 'SOLD_OUT' && sale) {
+      run.push(s.requestId);
+      orderIds.set(s.requestId, s.orderId);
+      continue;
+    }
+    confirmRun();
+    if (s.reason === 'SOLD_OUT' && sale) {
       const shopper = refuseOne(store, sale, s.requestId, now);
       if (shopper !== undefined) {
         counts.refused++;
@@ -61,5 +72,6 @@ export function applySettlements(
       counts.released++;
     }
   }
+  confirmRun();
   return counts;
 }

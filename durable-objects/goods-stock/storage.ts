@@ -71,6 +71,8 @@ function rulesOf(goods: GoodsInit): [number, string, string] {
 
 /** The rows of a list of seqs, as one bound value (a statement takes at most 100 of them). */
 const SEQS_IN = 'seq IN (SELECT value FROM json_each(?))';
+/** The same for request ids. */
+const REQUESTS_IN = 'request_id IN (SELECT value FROM json_each(?))';
 
 export class StockStorage {
   constructor(private readonly sql: SqlStorage) {}
@@ -178,20 +180,27 @@ export class StockStorage {
 
   // Reservations: what settlements and releases change (a batch's own reads and writes are reserve-store.ts).
 
-  /** Marks a queued reservation's order confirmed (its outbox row goes); the users it held for (none when it was not queued). */
-  confirm(requestId: string, now: number): string[] {
-    const users = this.sql
-      .exec<{ user_id: string }>(
-        "UPDATE reservation SET status = 'SUCCESS', settled_at = ? WHERE request_id = ? AND status = 'QUEUED' AND released = 0 RETURNING user_id",
-        now,
-        requestId,
-      )
-      .toArray()
-      .map((r) => r.user_id);
-    if (users.length > 0) {
-      this.sql.exec('DELETE FROM outbox WHERE request_id = ?', requestId);
+  /**
+   * Marks queued reservations' orders confirmed (their outbox rows go), in two statements
+   * whatever their number: a consumer batch confirms thousands. The ones that were queued, with
+   * their shoppers; one that was not (settled already, released) is left as it is.
+   */
+  confirmMany(requestIds: string[], now: number): { requestId: string; userId: string }[] {
+    if (requestIds.length === 0) {
+      return [];
     }
-    return users;
+    const confirmed = this.sql
+      .exec<{ request_id: string; user_id: string }>(
+        `UPDATE reservation SET status = 'SUCCESS', settled_at = ? WHERE ${REQUESTS_IN} AND status = 'QUEUED' AND released = 0
+         RETURNING request_id, user_id`,
+        now,
+        JSON.stringify(requestIds),
+      )
+      .toArray();
+    if (confirmed.length > 0) {
+      this.sql.exec(`DELETE FROM outbox WHERE ${REQUESTS_IN}`, JSON.stringify(confirmed.map((r) => r.request_id)));
+    }
+    return confirmed.map((r) => ({ requestId: r.request_id, userId: r.user_id }));
   }
 
   /**

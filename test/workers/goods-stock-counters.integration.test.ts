@@ -32,8 +32,11 @@ function rebindQueue(goodsId: number, queue: Queue) {
   });
 }
 
-/** Rows read by the object's storage while `work` runs in it (every statement's cursor, summed). */
-function rowsReadBy<T>(goodsId: number, work: (instance: GoodsStock) => Promise<T> | T): Promise<{ rowsRead: number; value: T }> {
+/** Rows read by the object's storage while `work` runs in it (every statement's cursor, summed), and its statements. */
+function rowsReadBy<T>(
+  goodsId: number,
+  work: (instance: GoodsStock) => Promise<T> | T,
+): Promise<{ rowsRead: number; statements: number; value: T }> {
   return runInDurableObject(stockObject(goodsId), async (instance: GoodsStock) => {
     const sql = (instance as unknown as { store: { sql: SqlStorage } }).store.sql;
     const exec = sql.exec;
@@ -45,7 +48,7 @@ function rowsReadBy<T>(goodsId: number, work: (instance: GoodsStock) => Promise<
     }) as typeof sql.exec;
     try {
       const value = await work(instance);
-      return { rowsRead: cursors.reduce((n, c) => n + c.rowsRead, 0), value };
+      return { rowsRead: cursors.reduce((n, c) => n + c.rowsRead, 0), statements: cursors.length, value };
     } finally {
       sql.exec = exec;
     }
@@ -104,6 +107,57 @@ describe('the goods object counts without scanning', () => {
     await eventually(async () => ((await stockObject(goodsId).snapshot())?.outboxPending === 0 ? true : undefined));
     const alarm = await rowsReadBy(goodsId, (instance) => instance.alarm());
     expect(alarm.rowsRead).toBeLessThanOrEqual(10);
+  });
+
+  it('applies a batch of settlements in order, a run of 200 confirmations in two statements', async () => {
+    const { goodsId, totalStock } = await createGoods({ stock: 300 });
+    const stub = stockObject(goodsId);
+    await rebindQueue(goodsId, blackHole);
+    const items = Array.from({ length: 205 }, (_, i) => item(goodsId, `settle-${i}`));
+    for (let i = 0; i < items.length; i += 100) {
+      expect((await stub.reserveMany(goodsId, items.slice(i, i + 100))).every((o) => o.ok)).toBe(true);
+    }
+    const ids = items.map((i) => i.requestId);
+    const [a, b, c, d, e] = ids.slice(200) as [string, string, string, string, string];
+    const run = ids.slice(0, 200).map((requestId) => ({ requestId, ok: true as const, orderId: `order-${requestId}` }));
+    const settled = await rowsReadBy(goodsId, (instance) => instance.settle(run));
+    expect(settled.value).toEqual({ confirmed: 200, released: 0, refused: 0 });
+    expect(settled.statements).toBeLessThanOrEqual(6);
+
+    // In order: a confirmed then timed out (its order stays SUCCESS, its unit comes back); b
+    // timed out first, so its late confirmation confirms nothing; c twice is one confirmation;
+    // d refused by Postgres; e confirmed after the others.
+    const counts = await stub.settle([
+      { requestId: a, ok: true, orderId: 'order-a' },
+      { requestId: a, ok: false, reason: 'CLOSED_TIMEOUT' },
+      { requestId: b, ok: false, reason: 'CLOSED_TIMEOUT' },
+      { requestId: b, ok: true, orderId: 'order-b' },
+      { requestId: c, ok: true, orderId: 'order-c' },
+      { requestId: c, ok: true, orderId: 'order-c' },
+      { requestId: d, ok: false, reason: 'SOLD_OUT' },
+      { requestId: e, ok: true, orderId: 'order-e' },
+    ]);
+    expect(counts).toEqual({ confirmed: 3, released: 2, refused: 1 });
+    const status = await runInDurableObject(stub, (_i, state) =>
+      Object.fromEntries(
+        state.storage.sql
+          .exec<{ request_id: string; status: string; released: number }>(
+            'SELECT request_id, status, released FROM reservation WHERE request_id IN (?, ?, ?, ?, ?)',
+            a,
+            b,
+            c,
+            d,
+            e,
+          )
+          .toArray()
+          .map((r) => [r.request_id, `${r.status}/${r.released}`]),
+      ),
+    );
+    expect(status).toEqual({ [a]: 'SUCCESS/1', [b]: 'FAIL/1', [c]: 'SUCCESS/0', [d]: 'FAIL/1', [e]: 'SUCCESS/0' });
+    const snapshot = await stub.snapshot();
+    expect(await recount(goodsId)).toMatchObject({ queued: 0, confirmed: 202, outboxRows: 0 });
+    expect(snapshot).toMatchObject({ queued: 0, confirmed: 202, refused: 1 });
+    expect((snapshot?.remaining ?? 0) + (snapshot?.refused ?? 0) + 202).toBe(totalStock);
   });
 
   it('keeps counts that agree with a full recount after accepts, settles, releases, refusals and rejections', async () => {
