@@ -9,6 +9,7 @@ import { combinePhases, runPhase } from './lib/bench/cannon.ts';
 import {
   batchSummary,
   combineInsertFloors,
+  consumerPause,
   INSERT_FLOOR_ROWS,
   measureConsumer,
   measureInsertFloor,
@@ -171,6 +172,7 @@ async function bench(o: BenchOptions) {
       databaseUrl: stack.services.databaseUrl,
       goodsId: backlogGoods.goodsId,
       messages,
+      pauseConsumer: consumerPause(http, stack.adminToken),
     });
     const backlogEnded = Date.now();
     say('Insert floor again...');

@@ -31,7 +31,7 @@ type Result = {
     ordersPerSec: number;
     insertFloorPerSec: number;
     ratioToFloor: number;
-    backlog: { orders: number };
+    backlog: { orders: number; paused: boolean };
     afterPurchase: { atRest: boolean };
   };
   invariants: { ok: boolean; oversold: number; lost: number; duplicates: number; checks: { ok: boolean; goods: string }[] };
@@ -108,6 +108,8 @@ describe('npm run bench', () => {
     expect(latest.purchase.ratioToFloor).toBeCloseTo(latest.purchase.rps / latest.floor.rps, 1);
 
     expect(latest.consumer.backlog.orders).toBe(500);
+    // The backlog was all queued before the consumer started on it (the consumerPaused switch).
+    expect(latest.consumer.backlog.paused).toBe(true);
     expect(latest.consumer.ordersPerSec).toBeGreaterThan(0);
     expect(latest.consumer.insertFloorPerSec).toBeGreaterThan(0);
     expect(latest.consumer.afterPurchase.atRest).toBe(true);

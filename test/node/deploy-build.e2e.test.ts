@@ -31,6 +31,7 @@ const DEV_ONLY_MARKERS = [
   'devFaultsOnly',
   'dev fault:',
   'queueSendFails',
+  'consumerPaused',
   'WaitingRoom hub',
 ];
 

@@ -18,7 +18,7 @@ function setFaults(body: Record<string, number>) {
 }
 
 afterEach(async () => {
-  const res = await setFaults({ queueSendFails: 0, duplicateDeliveries: 0, consumerFailsAfterWrite: 0 });
+  const res = await setFaults({ queueSendFails: 0, duplicateDeliveries: 0, consumerFailsAfterWrite: 0, consumerPaused: 0 });
   expect(res.status).toBe(200);
 });
 
@@ -127,6 +127,27 @@ describe('the fault switches', () => {
     expect(result.retryMessages).toHaveLength(1);
     const rows = await sql((db) => db.select().from(seckillOrder).where(eq(seckillOrder.requestId, message.requestId)));
     expect(rows).toHaveLength(1);
+  });
+
+  it('consumerPaused holds a batch unwritten and unacked until the pause ends, then writes it', async () => {
+    const { goodsId } = await createGoods({ stock: 5 });
+    const [message] = await orderMessages(goodsId, ['fault-paused-1']);
+    if (!message) {
+      throw new Error('no order message');
+    }
+    await setFaults({ consumerPaused: 60 });
+    let done = false;
+    const delivered = deliver([message], env).then((result) => {
+      done = true;
+      return result;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(done).toBe(false);
+    const rows = () => sql((db) => db.select().from(seckillOrder).where(eq(seckillOrder.requestId, message.requestId)));
+    expect(await rows()).toHaveLength(0);
+    await setFaults({ consumerPaused: 0 });
+    expect((await delivered).explicitAcks).toHaveLength(1);
+    expect(await rows()).toHaveLength(1);
   });
 
   it('duplicateDeliveries sends each order message to the queue once more, and only once', async () => {

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { log } from './log';
+import { sleep } from './sleep';
 
 // Faults a local chaos run switches on (`npm run chaos`, through /admin/dev/faults), in dev
 // builds only. Every call site sits behind the inline build flag, so staging and production
@@ -27,6 +28,12 @@ export const DevFaultsBody = z
     duplicateDeliveries: Seconds.optional(),
     /** The order consumer fails after its Postgres write, before it settles or acks. */
     consumerFailsAfterWrite: Seconds.optional(),
+    /**
+     * The order consumer holds each batch it receives, unwritten and unacked, until the pause
+     * ends: the queue fills behind it, as behind a consumer that is down. Ending it early (0)
+     * lets the held batch and the backlog through at once.
+     */
+    consumerPaused: Seconds.optional(),
   })
   .strict();
 export type DevFaultsBody = z.infer<typeof DevFaultsBody>;
@@ -35,7 +42,12 @@ export type DevFault = keyof DevFaultsBody;
 /** POST /admin/dev/faults/reset: the goods whose object throws its in-memory state away. */
 export const DevResetBody = z.object({ goodsId: z.number().int().positive().max(Number.MAX_SAFE_INTEGER) }).strict();
 
-const FAULTS = ['queueSendFails', 'duplicateDeliveries', 'consumerFailsAfterWrite'] as const satisfies readonly DevFault[];
+const FAULTS = [
+  'queueSendFails',
+  'duplicateDeliveries',
+  'consumerFailsAfterWrite',
+  'consumerPaused',
+] as const satisfies readonly DevFault[];
 const activeUntil = new Map<DevFault, number>();
 /** Order messages already sent a second time while duplicateDeliveries is on (each is doubled once). */
 const doubled = new Set<string>();
@@ -93,6 +105,16 @@ export function failQueueSendIfAsked(now = Date.now()): void {
 export function failAfterWriteIfAsked(now = Date.now()): void {
   if (active('consumerFailsAfterWrite', now)) {
     throw new Error(`${DEV_FAULT} consumer failed after the write`);
+  }
+}
+
+/** How often a held batch looks whether the pause has ended. */
+const PAUSE_POLL_MS = 10;
+
+/** In the order consumer, first: waits while the consumer is paused (the batch stays unacked). */
+export async function holdWhilePausedIfAsked(): Promise<void> {
+  while (active('consumerPaused', Date.now())) {
+    await sleep(PAUSE_POLL_MS);
   }
 }
 

@@ -14,7 +14,7 @@ import {
   type Settlement,
   type TimeoutPack,
 } from '../kernel/contract';
-import { deliverTwiceIfAsked, failAfterWriteIfAsked } from '../kernel/dev-faults';
+import { deliverTwiceIfAsked, failAfterWriteIfAsked, holdWhilePausedIfAsked } from '../kernel/dev-faults';
 import { log } from '../kernel/log';
 import { shardOfOrderId } from '../kernel/shards';
 import { flushMetrics } from '../metrics/flush';
@@ -76,6 +76,9 @@ type BatchTiming = { writeMs: number; notifyMs: number; flushMs: number };
  * ids in the messages make every step safe to repeat.
  */
 export async function consumeOrders(batch: MessageBatch<unknown>, env: Env): Promise<void> {
+  if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+    await holdWhilePausedIfAsked();
+  }
   const started = Date.now();
   const config = getConfig(env);
   // Read once: the runtime may build the list anew on every access.

@@ -1,8 +1,11 @@
 // The order consumer measured on its own, beside its floor:
 //
 // - consumer: a backlog of orders written straight to the order queue with Miniflare's queue
-//   producer, in order packs of BACKLOG_PACK_ORDERS as a goods' object sends them, timed from
-//   the first send until every order is a row in Postgres;
+//   producer, in order packs of BACKLOG_PACK_ORDERS as a goods' object sends them, while the
+//   consumer is paused (the dev switch `consumerPaused`: its first batch waits, unacked), then
+//   timed from the pause's end until every order is a row in Postgres. The sends decode in the
+//   same workerd thread as the consumer runs on, so a backlog sent while it drains measured the
+//   sender as much as the consumer; without the switch it is timed from the first send;
 // - floor: the same rows, as many per statement as the consumer's statements hold, as plain
 //   multi-row INSERTs from Node with `pg` into the same database (a copy of the orders table
 //   with the same indexes), one statement at a time, as Miniflare hands the consumer one batch
@@ -13,6 +16,7 @@ import type { Miniflare } from 'miniflare';
 import pg from 'pg';
 import type { OrderMessage, OrderPack } from '../../../workers/kernel/contract.ts';
 import type { Goods } from '../load/contract.ts';
+import type { HttpClient } from '../load/http-client.ts';
 import { type Percentiles, percentiles, round } from '../load/metrics.ts';
 import type { SqlHttpTiming } from '../sql-http.ts';
 import type { WorkerLogLine } from './stack.ts';
@@ -25,7 +29,11 @@ export type QueueBatch = { at: number; queue: string; acked: number; size: numbe
 /** The Worker's `orders.batch` log line: where one consumer batch spent its time. */
 type BatchLine = { groups: number; totalMs: number; writeMs: number; notifyMs: number; flushMs: number };
 
-export type Drained = { orders: number; ms: number; ordersPerSec: number; sendMs: number; maxAhead: number };
+/**
+ * `paused`: the backlog was all queued before the consumer started on it, and `ms` counts from
+ * then; otherwise from the first send, with the sends going on beside the consumer.
+ */
+export type Drained = { orders: number; ms: number; ordersPerSec: number; sendMs: number; maxAhead: number; paused: boolean };
 export type ConsumerRun = Drained & { breakdown: ReturnType<typeof breakdownOf> };
 
 /**
@@ -128,47 +136,85 @@ async function countOrders(client: pg.Client, goodsId: number): Promise<number> 
   return rows[0]?.n ?? 0;
 }
 
-type Backlog = { mf: Miniflare; databaseUrl: string; goodsId: number; messages: OrderMessage[]; timeoutMs?: number };
+type Backlog = {
+  mf: Miniflare;
+  databaseUrl: string;
+  goodsId: number;
+  messages: OrderMessage[];
+  timeoutMs?: number;
+  /** Pauses the order consumer for `seconds` (0: resumes it); without it the backlog is sent while the consumer drains it. */
+  pauseConsumer?: (seconds: number) => Promise<void>;
+};
+
+/** Longest the consumer is paused while the backlog is sent: a run that fails halfway does not leave it held. */
+const PAUSE_S = 120;
+
+/** The Worker's `consumerPaused` switch (PUT /admin/dev/faults, dev builds with DEV_MODE). */
+export function consumerPause(http: HttpClient, token: string) {
+  return async (seconds: number): Promise<void> => {
+    const answer = await http.put('/admin/dev/faults', {
+      headers: { authorization: `Bearer ${token}` },
+      json: { consumerPaused: seconds },
+    });
+    if (answer.status !== 200) {
+      throw new Error(`pausing the order consumer: HTTP ${answer.status} ${answer.body.slice(0, 200)}`);
+    }
+  };
+}
 
 /** Feeds `messages` to the order queue and waits until they are all orders. */
 export function measureConsumer(options: Backlog): Promise<ConsumerRun> {
   return consumerBreakdown(() => drainBacklog(options));
 }
 
-async function drainBacklog({ mf, databaseUrl, goodsId, messages, timeoutMs = 300_000 }: Backlog): Promise<Drained> {
+async function drainBacklog({ mf, databaseUrl, goodsId, messages, timeoutMs = 300_000, pauseConsumer }: Backlog): Promise<Drained> {
   const queue = await mf.getQueueProducer<OrderPack>('ORDER_QUEUE');
   const packs: OrderPack[] = [];
   for (let i = 0; i < messages.length; i += BACKLOG_PACK_ORDERS) {
     packs.push({ v: 1, kind: 'reserve-pack', goodsId, orders: messages.slice(i, i + BACKLOG_PACK_ORDERS) });
   }
+  // Paused only when the whole backlog fits under the queue's timer limit.
+  const paused = pauseConsumer !== undefined && packs.length <= MAX_AHEAD;
   const client = new pg.Client({ connectionString: databaseUrl });
   await client.connect();
   try {
-    const started = performance.now();
+    if (paused) {
+      await pauseConsumer(PAUSE_S);
+    }
+    const sendStarted = performance.now();
+    let started = sendStarted;
     const deadline = Date.now() + timeoutMs;
     // Counted in orders; the queue's limit is in messages (packs).
     let sent = 0;
     let sentPacks = 0;
     let done = 0;
     let maxAhead = 0;
-    while (sentPacks < packs.length) {
-      done = await countOrders(client, goodsId);
-      maxAhead = Math.max(maxAhead, sent - done);
-      if ((sent - done) / BACKLOG_PACK_ORDERS > MAX_AHEAD - 100 * SEND_BATCH) {
-        await sleep(10);
-      } else {
-        for (let k = 0; k < 100 && sentPacks < packs.length; k++) {
-          const chunk = packs.slice(sentPacks, sentPacks + SEND_BATCH);
-          await queue.sendBatch(chunk.map((body) => ({ body, contentType: 'json' })));
-          sentPacks += chunk.length;
-          sent += chunk.reduce((n, p) => n + p.orders.length, 0);
+    try {
+      while (sentPacks < packs.length) {
+        done = await countOrders(client, goodsId);
+        maxAhead = Math.max(maxAhead, sent - done);
+        if (!paused && (sent - done) / BACKLOG_PACK_ORDERS > MAX_AHEAD - 100 * SEND_BATCH) {
+          await sleep(10);
+        } else {
+          for (let k = 0; k < 100 && sentPacks < packs.length; k++) {
+            const chunk = packs.slice(sentPacks, sentPacks + SEND_BATCH);
+            await queue.sendBatch(chunk.map((body) => ({ body, contentType: 'json' })));
+            sentPacks += chunk.length;
+            sent += chunk.reduce((n, p) => n + p.orders.length, 0);
+          }
+        }
+        if (Date.now() > deadline) {
+          throw new Error(`the consumer wrote ${done} of ${messages.length} orders in ${timeoutMs / 1000} s`);
         }
       }
-      if (Date.now() > deadline) {
-        throw new Error(`the consumer wrote ${done} of ${messages.length} orders in ${timeoutMs / 1000} s`);
+    } finally {
+      if (paused) {
+        started = performance.now();
+        await pauseConsumer(0);
       }
     }
-    const sendMs = performance.now() - started;
+    const sendMs = performance.now() - sendStarted;
+    maxAhead = Math.max(maxAhead, sent - done);
     while (done < messages.length) {
       if (Date.now() > deadline) {
         throw new Error(`the consumer wrote ${done} of ${messages.length} orders in ${timeoutMs / 1000} s`);
@@ -177,7 +223,7 @@ async function drainBacklog({ mf, databaseUrl, goodsId, messages, timeoutMs = 30
       done = await countOrders(client, goodsId);
     }
     const ms = performance.now() - started;
-    return { orders: done, ms: round(ms), ordersPerSec: round((done / ms) * 1000), sendMs: round(sendMs), maxAhead };
+    return { orders: done, ms: round(ms), ordersPerSec: round((done / ms) * 1000), sendMs: round(sendMs), maxAhead, paused };
   } finally {
     await client.end();
   }

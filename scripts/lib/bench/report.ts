@@ -159,7 +159,7 @@ export function formatBench(r: BenchResult): string {
     table([
       ['consumer', 'orders', 'orders/s', 'batch p50 ms', 'batch p90 ms', 'batch max ms', 'vs floor'],
       [
-        `backlog straight to the queue`,
+        c.backlog.paused ? `backlog queued (${fmt(c.backlog.sendMs)} ms), then consumed` : 'backlog straight to the queue',
         fmt(c.backlog.orders),
         fmt(c.ordersPerSec),
         fmt(c.batches.p50Ms),
