@@ -115,9 +115,10 @@ async function bench(o: BenchOptions) {
     const floorBefore = await phase({ path: '/api/health' });
 
     // Enough shoppers that the phase runs its full time: never more than the floor route could
-    // serve, and twice what the warm-up bought at (making a token costs the bench's CPU too).
+    // serve, and three times what the warm-up bought at (its first purchases run cold; making a
+    // token costs the bench's CPU too). A phase that runs out ends at its last answer (cannon.ts).
     const ceiling = Math.ceil(floorBefore.rps * o.durationS * 1.2);
-    const count = o.purchases ?? Math.min(ceiling, Math.max(2_000, Math.ceil((warmRate ?? floorBefore.rps) * o.durationS * 2)));
+    const count = o.purchases ?? Math.min(ceiling, Math.max(2_000, Math.ceil((warmRate ?? floorBefore.rps) * o.durationS * 3)));
     say(`Making ${fmt(count)} shoppers with a purchase token each...`);
     const users = await minter.users('buyer', count);
     const buyers = purchaseRequests(await minter.tokens(users, sale.goodsId), sale.goodsId, keyed);

@@ -86,6 +86,7 @@ export function runPhase({
           return { ...req, ...r, headers: { ...headers, ...r.headers } };
         },
         onResponse: (status, body, context) => {
+          lastAnswerAt = performance.now();
           const outcome = outcomeOf(status, body);
           outcomes[outcome] = (outcomes[outcome] ?? 0) + 1;
           onAnswer?.(status, body, sent.get(context));
@@ -94,6 +95,8 @@ export function runPhase({
     ];
   }
   const cpuBefore = workerCpuMs();
+  const startedAt = performance.now();
+  let lastAnswerAt = startedAt;
   return new Promise((resolve, reject) => {
     autocannon(options, (error, result) => {
       const cpuAfter = workerCpuMs();
@@ -107,11 +110,15 @@ export function runPhase({
         }
       }
       const completed = Object.values(outcomes).reduce((a, b) => a + b, 0);
+      // autocannon notices that every request was sent only at its next one-second tick and
+      // counts the phase until then: a phase that ran out of requests ends at its last answer.
+      const ranOut = maxRequests !== undefined && completed >= maxRequests;
+      const durationS = ranOut ? Math.min(result.duration, round((lastAnswerAt - startedAt) / 1000, 2)) : result.duration;
       const cpuMs = cpuBefore !== undefined && cpuAfter !== undefined ? cpuAfter - cpuBefore : undefined;
       resolve({
         requests: completed,
-        durationS: result.duration,
-        rps: round(completed / result.duration),
+        durationS,
+        rps: round(completed / durationS),
         p50Ms: result.latency.p50,
         p90Ms: result.latency.p90,
         p99Ms: result.latency.p99,

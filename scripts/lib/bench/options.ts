@@ -14,7 +14,7 @@ a redis-server and PostgreSQL answer), the targets, and the invariants afterward
   --duration S             seconds per phase (default 10)
   --connections N          connections of the load generator (default 100)
   --warmup S               warm-up seconds before measuring (default 3)
-  --purchases N            shoppers made for the purchase phase (default: twice the warm-up's
+  --purchases N            shoppers made for the purchase phase (default: three times the warm-up's
                            purchase rate x duration, at most the floor rate x duration x 1.2)
   --consumer-messages N    orders in the consumer backlog (default 20000)
   --database-url URL       Postgres server to use (default $DATABASE_URL; unset: embedded PGlite)
