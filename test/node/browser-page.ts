@@ -1,6 +1,6 @@
 // What the browser tests do on a page: sign in, answer the captcha, read a field, and watch
 // every page for uncaught errors and requests still in flight when a test ends.
-import type { Browser, BrowserContext, BrowserContextOptions, Page, Request } from 'playwright-core';
+import type { Browser, BrowserContext, BrowserContextOptions, Page, Request, Response } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, beforeEach, expect, onTestFailed } from 'vitest';
 import { launchChromium, newShopper, type Stack, startStack } from './browser-stack';
 
@@ -14,6 +14,24 @@ export function seconds(text: string): number {
     throw new Error(`not a countdown: ${text}`);
   }
   return Number(m[1]) * 3600 + Number(m[2]) * 60 + Number(m[3]);
+}
+
+/**
+ * Opens `url` and waits for it to load. The dev stack (`wrangler dev`) once left a page's script
+ * unanswered for the whole 30 s of a navigation on a busy machine, where Cloudflare serves the
+ * assets in production: a first load that times out is logged and loaded again, as a shopper
+ * would reload; a second one fails the test.
+ */
+export async function visit(page: Page, url: string): Promise<Response | null> {
+  try {
+    return await page.goto(url, { timeout: 20_000 });
+  } catch (error) {
+    if (!(error instanceof Error && error.name === 'TimeoutError')) {
+      throw error;
+    }
+    console.warn(`loading ${url} timed out (${error.message.split('\n')[0]}); loading it again`);
+    return page.goto(url, { timeout: 30_000 });
+  }
 }
 
 /** Signs in with the local user-id form and waits for the page to show it. */

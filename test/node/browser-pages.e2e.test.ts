@@ -5,7 +5,7 @@ import { existsSync } from 'node:fs';
 import type { BrowserContextOptions } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
 import { buyViaApi, createGoods, eventually, goods, limits, stats } from './browser-api';
-import { answerCaptcha, browserSuite, goodsCard, seconds, signIn, text, WAIT } from './browser-page';
+import { answerCaptcha, browserSuite, goodsCard, seconds, signIn, text, visit, WAIT } from './browser-page';
 import { CHROMIUM, type Stack, screenshot } from './browser-stack';
 
 const HAVE_CHROMIUM = existsSync(CHROMIUM);
@@ -26,7 +26,7 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
     await buyViaApi(stack, 'carol', sale.goodsId);
 
     const alice = await open();
-    const served = await alice.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    const served = await visit(alice, `${stack.baseUrl}/?goods=${sale.goodsId}`);
     // The page runs under its Content-Security-Policy (a violation would be a console error).
     expect(served?.headers()['content-security-policy']).toContain("script-src 'self'");
     await expect.poll(() => text(alice, '#goods-title'), WAIT).toBe('Aurora X phone, 256 GB');
@@ -68,7 +68,7 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
     await expect.poll(() => text(alice, '#order-status'), WAIT).toBe('Paid');
 
     const bob = await open();
-    await bob.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await visit(bob, `${stack.baseUrl}/?goods=${sale.goodsId}`);
     await signIn(bob, 'bob');
     await expect.poll(() => text(bob, '#goods-badge'), WAIT).toBe('Sold out');
     expect(await text(bob, '#buy-label')).toBe('Sold out');
@@ -81,7 +81,7 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
   it('a shopper whose page still showed stock is told the sale sold out', async () => {
     const sale = await createGoods(stack, { stock: 1 });
     const dave = await open();
-    await dave.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await visit(dave, `${stack.baseUrl}/?goods=${sale.goodsId}`);
     await signIn(dave, 'dave');
     await answerCaptcha(dave);
     expect(await text(dave, '#stock-pct')).toBe('Remaining 100%');
@@ -109,7 +109,7 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
         purchases.push(req.url());
       }
     });
-    await page.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await visit(page, `${stack.baseUrl}/?goods=${sale.goodsId}`);
     await signIn(page, 'frank');
     await answerCaptcha(page);
 
@@ -136,7 +136,7 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
     // Three hours slow: a page on the device clock would show 03:00:12 and never open.
     const slow = await open();
     await slow.clock.install({ time: Date.now() - 3 * 3600_000 });
-    await slow.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await visit(slow, `${stack.baseUrl}/?goods=${sale.goodsId}`);
     await signIn(slow, 'grace');
     await expect.poll(() => text(slow, '#countdown-label'), WAIT).toBe('Starts in');
     const left = seconds(await text(slow, '#countdown'));
@@ -151,7 +151,7 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
     // Two hours fast: a page on the device clock would think the sale began long ago.
     const fast = await open();
     await fast.clock.install({ time: Date.now() + 2 * 3600_000 });
-    await fast.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await visit(fast, `${stack.baseUrl}/?goods=${sale.goodsId}`);
     await expect.poll(() => text(fast, '#countdown-label'), WAIT).toBe('Starts in');
     expect(seconds(await text(fast, '#countdown'))).toBeLessThanOrEqual(12);
     expect(await text(fast, '#goods-badge')).toBe('Coming soon');
@@ -169,7 +169,7 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
     const sale = await createGoods(stack, { stock: 10, title: '极光 X 手机 256GB', imageUrl: `${stack.baseUrl}/img/sample-phone.svg` });
     const page = await open({ viewport: { width: 390, height: 844 }, locale: 'zh-CN', timezoneId: 'Asia/Shanghai' });
     // From the list of sales to the sale's page.
-    await page.goto(`${stack.baseUrl}/`);
+    await visit(page, `${stack.baseUrl}/`);
     await page.getByRole('link', { name: '极光 X 手机 256GB' }).click();
     await page.waitForURL(`${stack.baseUrl}/?goods=${sale.goodsId}`);
     await expect.poll(() => text(page, '#goods-badge'), WAIT).toBe('抢购中');
@@ -198,7 +198,7 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
     await buyViaApi(stack, 'judy', sale.goodsId);
 
     const page = await open({ viewport: { width: 1280, height: 900 } });
-    await page.goto(`${stack.baseUrl}/admin`);
+    await visit(page, `${stack.baseUrl}/admin`);
     await page.locator('#admin-token').fill('wrong-token');
     await page.locator('#admin-token').press('Enter');
     await expect.poll(() => text(page, '#login-error'), WAIT).toBe('The admin token was not accepted.');

@@ -6,7 +6,7 @@ import { existsSync } from 'node:fs';
 import type { Page, WebSocketRoute } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
 import { adminCall, createGoods, joinQueue, statsWhen } from './browser-api';
-import { answerCaptcha, browserSuite, goodsCard, signIn, text, WAIT } from './browser-page';
+import { answerCaptcha, browserSuite, goodsCard, signIn, text, visit, WAIT } from './browser-page';
 import { CHROMIUM, type Stack, screenshot } from './browser-stack';
 
 const HAVE_CHROMIUM = existsSync(CHROMIUM);
@@ -72,7 +72,7 @@ describe.skipIf(!HAVE_CHROMIUM)('the waiting room in Chromium', () => {
       ['alice', 'bob'].map(async (userId) => {
         const page = await pages.open();
         const polls = countPolls(page);
-        await page.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+        await visit(page, `${stack.baseUrl}/?goods=${sale.goodsId}`);
         await expect.poll(() => text(page, '#goods-title'), WAIT).toBe('Queued phone');
         const places = await recordPlaces(page);
         await signIn(page, userId);
@@ -131,7 +131,7 @@ describe.skipIf(!HAVE_CHROMIUM)('the waiting room in Chromium', () => {
       routes.push(ws);
       ws.connectToServer();
     });
-    await page.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await visit(page, `${stack.baseUrl}/?goods=${sale.goodsId}`);
     await signIn(page, 'dora');
     await expect.poll(() => text(page, '#line-state'), ADMIT).toBe('It is your turn! Answer the check and buy.');
     await expect.poll(() => text(page, '#line-conn'), WAIT).toBe('Live');
@@ -163,7 +163,7 @@ describe.skipIf(!HAVE_CHROMIUM)('the waiting room in Chromium', () => {
       await joinQueue(stack, `d-wait-${i}`, sale.goodsId);
     }
     const page = await pages.open({ viewport: { width: 1280, height: 900 } });
-    await page.goto(`${stack.baseUrl}/admin`);
+    await visit(page, `${stack.baseUrl}/admin`);
     await page.locator('#admin-token').fill(stack.adminToken);
     await page.locator('#admin-token').press('Enter');
     const { card, field } = await goodsCard(page, sale.goodsId);

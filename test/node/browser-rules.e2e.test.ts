@@ -5,7 +5,7 @@ import { existsSync } from 'node:fs';
 import type { Page } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
 import { allowShoppers, askToken, buyViaApi, createGoods, statsWhen } from './browser-api';
-import { answerCaptcha, browserSuite, signIn, text, WAIT } from './browser-page';
+import { answerCaptcha, browserSuite, signIn, text, visit, WAIT } from './browser-page';
 import { CHROMIUM, type Stack, screenshot } from './browser-stack';
 
 const HAVE_CHROMIUM = existsSync(CHROMIUM);
@@ -37,7 +37,7 @@ describe.skipIf(!HAVE_CHROMIUM)('the sale rules in Chromium', () => {
     const sale = await createGoods(stack, { title: 'Trail runners, pair', stock: 10, priceCents: 12_500, perUserLimit: 3 });
     const page = await pages.open();
     const bodies = purchaseBodies(page);
-    await page.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await visit(page, `${stack.baseUrl}/?goods=${sale.goodsId}`);
     await expect.poll(() => text(page, '#goods-price'), WAIT).toContain('125.00');
     await signIn(page, 'quinn');
     await page.locator('#quantity-row').waitFor({ state: 'visible', timeout: 15_000 });
@@ -75,7 +75,7 @@ describe.skipIf(!HAVE_CHROMIUM)('the sale rules in Chromium', () => {
   it('a quantity above what is left is refused whole, the page says how many are left and offers no more', async () => {
     const sale = await createGoods(stack, { title: 'Pressed vinyl, first run', stock: 3, perUserLimit: 3 });
     const page = await pages.open();
-    await page.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await visit(page, `${stack.baseUrl}/?goods=${sale.goodsId}`);
     await signIn(page, 'tess');
     await expect.poll(() => choices(page), WAIT).toEqual(['1', '2', '3']);
     await page.locator('#quantity').selectOption('3');
@@ -119,7 +119,7 @@ describe.skipIf(!HAVE_CHROMIUM)('the sale rules in Chromium', () => {
     await allowShoppers(stack, sale.goodsId, ['rosa']);
 
     const outsider = await pages.open();
-    await outsider.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await visit(outsider, `${stack.baseUrl}/?goods=${sale.goodsId}`);
     await signIn(outsider, 'sam');
     await expect
       .poll(() => text(outsider, '#eligibility'), WAIT)
@@ -128,7 +128,7 @@ describe.skipIf(!HAVE_CHROMIUM)('the sale rules in Chromium', () => {
     await screenshot(outsider, 'shopper-not-eligible', { docs: true });
 
     const listed = await pages.open();
-    await listed.goto(`${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await visit(listed, `${stack.baseUrl}/?goods=${sale.goodsId}`);
     await signIn(listed, 'rosa');
     await expect.poll(() => text(listed, '#goods-badge'), { timeout: 30_000 }).toBe('On sale');
     expect(await listed.locator('#eligibility').isHidden()).toBe(true);
