@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { fromBase64Url, randomId, toBase64Url } from '../../workers/kernel/crypto';
+import { RequestId } from '../../workers/kernel/contract';
+import { fromBase64Url, randomId, timeOrderedId, toBase64Url } from '../../workers/kernel/crypto';
 
 /** base64url by the book: btoa, then the URL alphabet, no padding. */
 function reference(bytes: Uint8Array): string {
@@ -49,5 +50,23 @@ describe('base64url', () => {
     for (const id of ids) {
       expect(id).toMatch(/^[A-Za-z0-9_-]{22}$/);
     }
+  });
+
+  it('makes time-ordered ids that sort by the millisecond they were made, and are a request id after the goods', () => {
+    const start = Date.UTC(2026, 11, 3);
+    const made = Array.from({ length: 1000 }, (_, i) => ({
+      at: start + Math.floor(i / 3) * 7,
+      id: timeOrderedId(start + Math.floor(i / 3) * 7),
+    }));
+    expect(new Set(made.map((m) => m.id)).size).toBe(1000);
+    const sorted = [...made].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    expect(sorted.map((m) => m.at)).toEqual(made.map((m) => m.at));
+    for (const { id } of made) {
+      expect(id).toMatch(/^[0-9a-z]{9}[A-Za-z0-9_-]{13}$/);
+      expect(RequestId.safeParse(`42.${id}`).success).toBe(true);
+    }
+    // Across a change in the number of base-36 digits the width stays 9, so the order holds.
+    expect(timeOrderedId(36 ** 8 - 1) < timeOrderedId(36 ** 8)).toBe(true);
+    expect(timeOrderedId(0)).toMatch(/^0{9}/);
   });
 });

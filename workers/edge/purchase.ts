@@ -1,6 +1,6 @@
 import type { GoodsRow } from '../../db/goods';
 import type { FailReason, ReserveOutcome } from '../kernel/contract';
-import { randomId, sha256B64 } from '../kernel/crypto';
+import { sha256B64, timeOrderedId } from '../kernel/crypto';
 import { AppError, type ErrorCode } from '../kernel/errors';
 import { type PurchaseToken, verifyPurchase } from './signed';
 import { keyedMayPassSoldOut, knownSoldOut } from './sold-out';
@@ -96,7 +96,7 @@ export async function checkPurchaseToken(
 
 /** The purchase's request id: derived from the Idempotency-Key when there is one, so a retry finds its answer. */
 export async function purchaseIdOf(goodsId: number, userId: string, key: string | undefined): Promise<string> {
-  return `${goodsId}.${key ? await sha256B64(`${userId}|${goodsId}|${key}`, 22) : randomId()}`;
+  return `${goodsId}.${key ? await sha256B64(`${userId}|${goodsId}|${key}`, 22) : timeOrderedId()}`;
 }
 
 const REASON_CODE: Record<FailReason, ErrorCode> = {

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { hmacB64, randomId, safeEqual } from '../kernel/crypto';
+import { hmacB64, safeEqual, timeOrderedId } from '../kernel/crypto';
 import { openBlob, peekBlob, sealBlob } from '../kernel/sealed';
 
 // Stateless signed blobs: `base64url(json).base64url(hmac)`. Signatures are domain-separated
@@ -18,7 +18,8 @@ export type PurchaseToken = { userId: string; goodsId: number; expiresAt: number
 /** Issues a one-time purchase token bound to user and goods, and its hidden path. */
 export async function issuePurchaseToken(secret: string, userId: string, goodsId: number, ttlMs: number, now = Date.now()) {
   const expiresAt = now + ttlMs;
-  const tokenId = randomId();
+  // Time-ordered: the goods' object keeps every spent token id, indexed (kernel/crypto.ts).
+  const tokenId = timeOrderedId(now);
   const token = await seal(secret, 'purchase', { u: userId, g: goodsId, e: expiresAt, j: tokenId });
   return { token, path: await purchasePath(secret, userId, goodsId, expiresAt), expiresAt, tokenId };
 }
