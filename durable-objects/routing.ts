@@ -34,7 +34,7 @@ const stockName = (goodsId: number, shard: number) => (shard === 0 ? `goods:${go
 
 /**
  * A stock shard of a goods (shard 0 by default): the one seam where a goods maps to its
- * objects. Shard 0 also holds the goods' pool (durable-objects/goods-stock/leases.ts).
+ * objects. Shard 0 also holds the goods' pool (durable-objects/goods-stock/lease-pool.ts).
  */
 export function goodsStock(env: Env, goods: GoodsPlacement, shard = 0) {
   return placed(env.GOODS_STOCK, stockName(goods.id, shard), goods);

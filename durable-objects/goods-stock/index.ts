@@ -218,7 +218,7 @@ export class GoodsStock extends DurableObject<Env> {
       this.leases.afterBatch(now);
     }
     if (this.leases.shards > 1) {
-      outcomes = await refusalsInGoodsUnits(items, outcomes, () => this.leases.goodsLeft(sale));
+      outcomes = await refusalsInGoodsUnits(items, outcomes, () => this.leases.pool.goodsLeft(sale));
     }
     countDecisions(sale.goodsId, items, outcomes);
     scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));
@@ -228,11 +228,11 @@ export class GoodsStock extends DurableObject<Env> {
   // Stock shards (leases.ts): shard 0 answers grant and report, the others giveBack.
   async grant(goodsId: number, from: number, grantId: string, want: number, need: number, dry: boolean, reported: number): Promise<Grant> {
     const sale = await this.ensureSale(goodsId, 0);
-    return typeof sale === 'string' ? { units: 0 } : this.leases.grant(sale, from, grantId, want, need, dry, reported);
+    return typeof sale === 'string' ? { units: 0 } : this.leases.pool.grant(sale, from, grantId, want, need, dry, reported);
   }
 
   async report(shard: number, remaining: number): Promise<void> {
-    this.leases.report(shard, remaining);
+    this.leases.pool.report(shard, remaining);
   }
 
   async giveBack(_goodsId: number, reclaimId: string, max: number): Promise<GiveBack> {

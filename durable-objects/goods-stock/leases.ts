@@ -2,11 +2,15 @@ import type { StockSnapshot } from '../../workers/kernel/contract';
 import { log } from '../../workers/kernel/log';
 import { leaseChunk } from '../../workers/kernel/shards';
 import { goodsStock } from '../routing';
+import { type GiveBack, type Grant, LeasePool } from './lease-pool';
 import { type LeaseRow, LeaseStore } from './lease-store';
 import type { Sale } from './storage';
 
-// Stock shards of a hot goods. Shard 0 (the object a one-shard goods has always had) holds the
-// goods' pool: its own `remaining` is the pool, sold from by its own shoppers and leased to the
+export type { GiveBack, Grant };
+
+// Stock shards of a hot goods, as every shard sees them (shard 0's side, the pool's grants,
+// give-backs and sums, is lease-pool.ts). Shard 0 (the object a one-shard goods has always had)
+// holds the goods' pool: its own `remaining` is the pool, sold from by its own shoppers and leased to the
 // other shards. Every other shard starts empty and asks shard 0 for a lease (leaseChunk units)
 // at init and again in the background when it runs low, so a shopper never waits on shard 0
 // unless their shard is dry. A dry shard asks with `dry` set: when the pool cannot cover the
@@ -25,12 +29,6 @@ import type { Sale } from './storage';
 const LOW_WATER = 0.5;
 /** After a refill or sweep found nothing, the pool is not asked again in the background for this long. */
 const EMPTY_BACKOFF_MS = 2_000;
-/**
- * A grant answered this recently may still be on its way to its shard (neither shard counts its
- * units then): a dry ask whose sweep found nothing waits a moment and sweeps again.
- */
-const IN_FLIGHT_MS = 300;
-const IN_FLIGHT_WAIT_MS = 25;
 
 /** What the lease logic needs of its object beyond its state: its sale, and what to do when stock moved. */
 export type LeaseHost = {
@@ -41,27 +39,33 @@ export type LeaseHost = {
   retryAt(at: number): void;
 };
 
-/** A shard's answer to shard 0's give-back, and shard 0's answer to a lease ask. */
-export type GiveBack = { units: number; remaining: number };
-export type Grant = { units: number };
-
 export class Leases {
   private row: LeaseRow = { shard: 0, shards: 1, location_hint: null, pending_grant: null, given_id: null, given_units: 0 };
   private refilling: Promise<void> | undefined;
-  private sweeping: Promise<void> | undefined;
   private emptyUntil = 0;
-  private lastGrantAt = 0;
-  /** Shard 0 had to sweep: the stock left is handed out in shares (in memory: it only saves calls). */
-  private endgame = false;
   /** Calls between shards this instance made: grants asked of shard 0, or (shard 0) give-backs asked of the others. */
   poolCalls = 0;
   private readonly store: LeaseStore;
+  /** Shard 0's side: grants, give-backs asked of the others, the goods' figure (lease-pool.ts). */
+  readonly pool: LeasePool;
 
   private readonly host: LeaseHost & { storage: DurableObjectStorage; env: Env; waitUntil(p: Promise<unknown>): void };
 
   constructor(ctx: DurableObjectState, env: Env, host: LeaseHost) {
     this.store = new LeaseStore(ctx.storage.sql);
     this.host = { ...host, storage: ctx.storage, env, waitUntil: (p) => ctx.waitUntil(p) };
+    this.pool = new LeasePool({
+      store: this.store,
+      storage: ctx.storage,
+      env,
+      place: () => this.row,
+      sale: () => host.sale(),
+      stockChanged: (remaining) => host.stockChanged(remaining),
+      retryAt: (at) => host.retryAt(at),
+      countCall: (n) => {
+        this.poolCalls += n;
+      },
+    });
   }
 
   /** Reads this shard's place; call while the object loads. */
@@ -113,7 +117,7 @@ export class Leases {
     if (shard === 0 && !first && before > 1 && before !== shards) {
       log.warn('goods_stock.reshard', { goodsId: sale.goodsId, from: before, to: shards });
       for (let j = 1; j < before; j++) {
-        await this.reclaimFrom(sale, j, sale.totalStock);
+        await this.pool.reclaimFrom(sale, j, sale.totalStock);
       }
     }
     if (lease && shard > 0 && shards > 1 && sale.remaining < leaseChunk(sale.totalStock, shards)) {
@@ -141,7 +145,7 @@ export class Leases {
     const before = sale.remaining;
     try {
       if (this.row.shard === 0) {
-        await this.sweep(sale, 0);
+        await this.pool.sweep(sale, 0);
       } else {
         await this.refill(need, true);
       }
@@ -216,162 +220,13 @@ export class Leases {
     }
   }
 
-  // Shard 0: the pool.
-
-  /**
-   * Shard 0 hands `from` up to `want` units; a background ask leaves shard 0 a lease of its
-   * own, a dry one may take its last units and, if those cannot cover `need`, first takes free
-   * units back from the other shards. The same grant id gets the same answer.
-   */
-  async grant(sale: Sale, from: number, grantId: string, want: number, need: number, dry: boolean, reported: number): Promise<Grant> {
-    const prior = this.priorGrant(from, grantId);
-    if (prior) {
-      return prior;
-    }
-    this.store.saveReport(from, reported);
-    // Another asker's sweep may be the one running, gathering for itself: sweep again if short.
-    for (let round = 0; round < 3 && dry && sale.remaining < need; round++) {
-      const before = sale.remaining;
-      await this.sweep(sale, from);
-      if (sale.remaining > before) {
-        continue;
-      }
-      if (Date.now() - this.lastGrantAt >= IN_FLIGHT_MS) {
-        break;
-      }
-      await new Promise((resolve) => setTimeout(resolve, IN_FLIGHT_WAIT_MS));
-    }
-    const current = this.host.sale() ?? sale;
-    // A background ask leaves shard 0 a lease of its own, and gets nothing in the endgame; a dry
-    // ask gets a lease, or in the endgame its need or a fair share of what is left.
-    const chunk = leaseChunk(current.totalStock, this.row.shards);
-    const keep = dry ? 0 : this.endgame ? current.remaining : chunk;
-    const share = this.endgame ? Math.max(need, Math.ceil(current.remaining / this.row.shards)) : want;
-    const granted = this.host.storage.transactionSync((): Grant => {
-      const again = this.priorGrant(from, grantId);
-      if (again) {
-        return again;
-      }
-      const units = Math.max(0, Math.min(share, current.remaining - keep));
-      current.remaining -= units;
-      this.saveRemaining(current);
-      if (units > 0) {
-        this.lastGrantAt = Date.now();
-      }
-      this.store.saveGrant(from, grantId, units);
-      this.store.saveReport(from, reported + units);
-      return { units };
-    });
-    if (granted.units > 0) {
-      this.host.stockChanged(current.remaining);
-    }
-    return granted;
-  }
-
-  private priorGrant(from: number, grantId: string): Grant | undefined {
-    const last = this.store.lastGrant(from);
-    return last?.grantId === grantId ? { units: last.units } : undefined;
-  }
-
-  /** A shard's stock as it last told shard 0 (after a release there: the next sweep asks it first). */
-  report(shard: number, remaining: number): void {
-    this.store.saveReport(shard, remaining);
-  }
-
   /** A snapshot as a shard of a sharded goods tells it: its place, its pool calls, and (shard 0) the goods' figure. */
   decorate(snapshot: StockSnapshot, sale: Sale): StockSnapshot {
     if (this.row.shards <= 1) {
       return snapshot;
     }
-    const pool = this.row.shard === 0 ? { goodsRemaining: this.goodsRemaining(sale) } : {};
+    const pool = this.row.shard === 0 ? { goodsRemaining: this.pool.goodsRemaining(sale) } : {};
     return { ...snapshot, shard: this.row.shard, shards: this.row.shards, poolCalls: this.poolCalls, ...pool };
-  }
-
-  /**
-   * The goods' free units over every shard, each of the others asked now (reports are upper
-   * bounds while shards sell): what a refusal of several units tells the shopper, so only asked
-   * then, at the end of a sale. A shard that does not answer counts none.
-   */
-  async goodsLeft(sale: Sale): Promise<number> {
-    const others = Array.from({ length: this.row.shards }, (_, j) => j).filter((j) => j !== this.row.shard);
-    this.poolCalls += others.length;
-    const figures = await Promise.all(
-      others.map((j) =>
-        this.stub(sale, j)
-          .snapshot()
-          .then(
-            (s) => s?.remaining ?? 0,
-            () => 0,
-          ),
-      ),
-    );
-    return figures.reduce((a, b) => a + b, this.host.sale()?.remaining ?? sale.remaining);
-  }
-
-  /** Shard 0's own units plus what the others last reported (an upper bound while they sell). */
-  goodsRemaining(sale: Sale): number {
-    return sale.remaining + this.store.reportedOthers(this.row.shards);
-  }
-
-  /**
-   * The endgame: takes every free unit back from the other shards (except `exclude`), all at
-   * once (those that reported none only if the rest had nothing). From then on shard 0 hands dry
-   * shards fair shares of what is left rather than leases, so the last units stay where every
-   * shard can reach them. Single-flight.
-   */
-  private async sweep(sale: Sale, exclude: number): Promise<void> {
-    if (this.sweeping) {
-      return this.sweeping;
-    }
-    this.endgame = true;
-    this.sweeping = (async () => {
-      const others = Array.from({ length: this.row.shards - 1 }, (_, i) => i + 1).filter((j) => j !== exclude);
-      const reported = this.store.reports();
-      const ask = async (shards: number[]) =>
-        (await Promise.all(shards.map((j) => this.reclaimFrom(sale, j, sale.totalStock)))).reduce((a, b) => a + b, 0);
-      // A shard that last reported nothing is asked only when the others had nothing either: its
-      // figure is a hint (a release's report may be lost), not a fact.
-      if ((await ask(others.filter((j) => reported.get(j) !== 0))) === 0) {
-        await ask(others.filter((j) => reported.get(j) === 0));
-      }
-    })().finally(() => {
-      this.sweeping = undefined;
-    });
-    return this.sweeping;
-  }
-
-  /** One give-back from shard `j`, credited once; an unanswered one stays pending for the alarm. */
-  private async reclaimFrom(sale: Sale, j: number, max: number): Promise<number> {
-    let id = this.store.pendingReclaim(j);
-    if (!id) {
-      id = crypto.randomUUID();
-      this.store.savePendingReclaim(j, id);
-    }
-    const reclaimId = id;
-    this.poolCalls++;
-    let reply: GiveBack;
-    try {
-      reply = await this.stub(sale, j).giveBack(sale.goodsId, reclaimId, max);
-    } catch (error) {
-      log.warn('goods_stock.give_back_failed', { goodsId: sale.goodsId, shard: j, error });
-      this.host.retryAt(Date.now() + 1_000);
-      return 0;
-    }
-    const current = this.host.sale() ?? sale;
-    const credited = this.host.storage.transactionSync(() => {
-      if (this.store.pendingReclaim(j) !== reclaimId) {
-        return 0;
-      }
-      this.store.clearReclaim(j);
-      current.remaining += reply.units;
-      this.saveRemaining(current);
-      this.store.saveReport(j, reply.remaining);
-      return reply.units;
-    });
-    if (credited > 0) {
-      this.host.stockChanged(current.remaining);
-    }
-    return credited;
   }
 
   // Every shard but 0.
@@ -423,7 +278,7 @@ export class Leases {
       await this.refill(0, false).catch(() => undefined);
     }
     for (const shard of this.store.pendingReclaims()) {
-      await this.reclaimFrom(sale, shard, 0);
+      await this.pool.reclaimFrom(sale, shard, 0);
     }
   }
 }

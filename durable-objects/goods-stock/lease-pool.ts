@@ -1,0 +1,200 @@
+import { log } from '../../workers/kernel/log';
+import { leaseChunk } from '../../workers/kernel/shards';
+import { goodsStock } from '../routing';
+import type { LeaseRow, LeaseStore } from './lease-store';
+import type { Sale } from './storage';
+
+// Shard 0's side of a goods' stock shards (leases.ts has the design and the other shards' side):
+// the goods' pool hands out grants, takes free units back from the other shards in the endgame
+// (give-backs), and sums what every shard holds. Each grant and give-back is credited once, by id.
+
+/**
+ * A grant answered this recently may still be on its way to its shard (neither shard counts its
+ * units then): a dry ask whose sweep found nothing waits a moment and sweeps again.
+ */
+const IN_FLIGHT_MS = 300;
+const IN_FLIGHT_WAIT_MS = 25;
+
+/** Shard 0's answer to a lease ask, and a shard's answer to shard 0's give-back. */
+export type Grant = { units: number };
+export type GiveBack = { units: number; remaining: number };
+
+/** What the pool shares with its object's lease logic (leases.ts). */
+export type PoolContext = {
+  readonly store: LeaseStore;
+  readonly storage: DurableObjectStorage;
+  readonly env: Env;
+  /** This shard's place, as last saved. */
+  place(): LeaseRow;
+  sale(): Sale | undefined;
+  /** The shard's stock changed outside a reservation batch: mirror it. */
+  stockChanged(remaining: number): void;
+  /** Asks for an alarm at `at` (a lost answer is asked again then). */
+  retryAt(at: number): void;
+  /** Counts calls to other shards (the snapshot's poolCalls). */
+  countCall(n: number): void;
+};
+
+export class LeasePool {
+  private sweeping: Promise<void> | undefined;
+  /** Shard 0 had to sweep: the stock left is handed out in shares (in memory: it only saves calls). */
+  private endgame = false;
+  private lastGrantAt = 0;
+
+  constructor(private readonly c: PoolContext) {}
+
+  private stub(sale: Sale, shard: number) {
+    return goodsStock(this.c.env, { id: sale.goodsId, locationHint: this.c.place().location_hint }, shard);
+  }
+
+  private saveRemaining(sale: Sale): void {
+    this.c.store.saveRemaining(sale.remaining);
+  }
+
+  /**
+   * Shard 0 hands `from` up to `want` units; a background ask leaves shard 0 a lease of its
+   * own, a dry one may take its last units and, if those cannot cover `need`, first takes free
+   * units back from the other shards. The same grant id gets the same answer.
+   */
+  async grant(sale: Sale, from: number, grantId: string, want: number, need: number, dry: boolean, reported: number): Promise<Grant> {
+    const prior = this.priorGrant(from, grantId);
+    if (prior) {
+      return prior;
+    }
+    this.c.store.saveReport(from, reported);
+    // Another asker's sweep may be the one running, gathering for itself: sweep again if short.
+    for (let round = 0; round < 3 && dry && sale.remaining < need; round++) {
+      const before = sale.remaining;
+      await this.sweep(sale, from);
+      if (sale.remaining > before) {
+        continue;
+      }
+      if (Date.now() - this.lastGrantAt >= IN_FLIGHT_MS) {
+        break;
+      }
+      await new Promise((resolve) => setTimeout(resolve, IN_FLIGHT_WAIT_MS));
+    }
+    const current = this.c.sale() ?? sale;
+    // A background ask leaves shard 0 a lease of its own, and gets nothing in the endgame; a dry
+    // ask gets a lease, or in the endgame its need or a fair share of what is left.
+    const chunk = leaseChunk(current.totalStock, this.c.place().shards);
+    const keep = dry ? 0 : this.endgame ? current.remaining : chunk;
+    const share = this.endgame ? Math.max(need, Math.ceil(current.remaining / this.c.place().shards)) : want;
+    const granted = this.c.storage.transactionSync((): Grant => {
+      const again = this.priorGrant(from, grantId);
+      if (again) {
+        return again;
+      }
+      const units = Math.max(0, Math.min(share, current.remaining - keep));
+      current.remaining -= units;
+      this.saveRemaining(current);
+      if (units > 0) {
+        this.lastGrantAt = Date.now();
+      }
+      this.c.store.saveGrant(from, grantId, units);
+      this.c.store.saveReport(from, reported + units);
+      return { units };
+    });
+    if (granted.units > 0) {
+      this.c.stockChanged(current.remaining);
+    }
+    return granted;
+  }
+
+  private priorGrant(from: number, grantId: string): Grant | undefined {
+    const last = this.c.store.lastGrant(from);
+    return last?.grantId === grantId ? { units: last.units } : undefined;
+  }
+
+  /** A shard's stock as it last told shard 0 (after a release there: the next sweep asks it first). */
+  report(shard: number, remaining: number): void {
+    this.c.store.saveReport(shard, remaining);
+  }
+
+  /**
+   * The goods' free units over every shard, each of the others asked now (reports are upper
+   * bounds while shards sell): what a refusal of several units tells the shopper, so only asked
+   * then, at the end of a sale. A shard that does not answer counts none.
+   */
+  async goodsLeft(sale: Sale): Promise<number> {
+    const others = Array.from({ length: this.c.place().shards }, (_, j) => j).filter((j) => j !== this.c.place().shard);
+    this.c.countCall(others.length);
+    const figures = await Promise.all(
+      others.map((j) =>
+        this.stub(sale, j)
+          .snapshot()
+          .then(
+            (s) => s?.remaining ?? 0,
+            () => 0,
+          ),
+      ),
+    );
+    return figures.reduce((a, b) => a + b, this.c.sale()?.remaining ?? sale.remaining);
+  }
+
+  /** Shard 0's own units plus what the others last reported (an upper bound while they sell). */
+  goodsRemaining(sale: Sale): number {
+    return sale.remaining + this.c.store.reportedOthers(this.c.place().shards);
+  }
+
+  /**
+   * The endgame: takes every free unit back from the other shards (except `exclude`), all at
+   * once (those that reported none only if the rest had nothing). From then on shard 0 hands dry
+   * shards fair shares of what is left rather than leases, so the last units stay where every
+   * shard can reach them. Single-flight.
+   */
+  async sweep(sale: Sale, exclude: number): Promise<void> {
+    if (this.sweeping) {
+      return this.sweeping;
+    }
+    this.endgame = true;
+    this.sweeping = (async () => {
+      const others = Array.from({ length: this.c.place().shards - 1 }, (_, i) => i + 1).filter((j) => j !== exclude);
+      const reported = this.c.store.reports();
+      const ask = async (shards: number[]) =>
+        (await Promise.all(shards.map((j) => this.reclaimFrom(sale, j, sale.totalStock)))).reduce((a, b) => a + b, 0);
+      // A shard that last reported nothing is asked only when the others had nothing either: its
+      // figure is a hint (a release's report may be lost), not a fact.
+      if ((await ask(others.filter((j) => reported.get(j) !== 0))) === 0) {
+        await ask(others.filter((j) => reported.get(j) === 0));
+      }
+    })().finally(() => {
+      this.sweeping = undefined;
+    });
+    return this.sweeping;
+  }
+
+  /** One give-back from shard `j`, credited once; an unanswered one stays pending for the alarm. */
+  async reclaimFrom(sale: Sale, j: number, max: number): Promise<number> {
+    let id = this.c.store.pendingReclaim(j);
+    if (!id) {
+      id = crypto.randomUUID();
+      this.c.store.savePendingReclaim(j, id);
+    }
+    const reclaimId = id;
+    this.c.countCall(1);
+    let reply: GiveBack;
+    try {
+      reply = await this.stub(sale, j).giveBack(sale.goodsId, reclaimId, max);
+    } catch (error) {
+      log.warn('goods_stock.give_back_failed', { goodsId: sale.goodsId, shard: j, error });
+      this.c.retryAt(Date.now() + 1_000);
+      return 0;
+    }
+    const current = this.c.sale() ?? sale;
+    const credited = this.c.storage.transactionSync(() => {
+      if (this.c.store.pendingReclaim(j) !== reclaimId) {
+        return 0;
+      }
+      this.c.store.clearReclaim(j);
+      current.remaining += reply.units;
+      this.saveRemaining(current);
+      this.c.store.saveReport(j, reply.remaining);
+      return reply.units;
+    });
+    if (credited > 0) {
+      this.c.stockChanged(current.remaining);
+    }
+    return credited;
+  }
+}
