@@ -13,7 +13,6 @@ import {
 import { resetIfAsked } from '../../workers/kernel/dev-faults';
 import { log } from '../../workers/kernel/log';
 import { scheduleMetricsFlush } from '../../workers/metrics/flush';
-import { count } from '../../workers/metrics/registry';
 import { type MirrorCheck, MirrorSync } from '../../workers/mirror/sync';
 import { changeAllowlist } from './allowlist';
 import { countDecisions } from './decision-counts';
@@ -26,7 +25,7 @@ import { ReserveStore } from './reserve-store';
 import { quantityOf } from './rules';
 import { goodsFromPostgres, resultView, saleIsOn, stockSnapshot } from './sale';
 import { OUTBOX_KEEPS_UNSETTLED } from './schema';
-import { applySettlements, releaseAndMirror, type SettleCounts } from './settlements';
+import { applySettlements, releaseAndMirror, reportRefused, type SettleCounts } from './settlements';
 import { type Sale, StockStorage } from './storage';
 
 /** The outbox's safety net: if the immediate flush did not empty it, the alarm retries. */
@@ -239,19 +238,14 @@ export class GoodsStock extends DurableObject<Env> {
     return this.leases.giveBack(reclaimId, max);
   }
 
-  /**
-   * Records what Postgres made of reservations: confirmed orders, failures that give the unit
-   * back, or a SOLD_OUT from Postgres, whose unit is held aside (see refuseOne). A settled
-   * reservation's outbox row goes: nothing sends it again.
-   */
+  /** Records what Postgres made of reservations, in one transaction (settlements.ts). */
   async settle(settlements: Settlement[]): Promise<SettleCounts> {
     const sale = this.sale;
     const { confirmed, released, refused } = this.ctx.storage.transactionSync(() =>
       applySettlements(this.store, sale, this.mirror, settlements, Date.now()),
     );
     if (refused > 0 && sale) {
-      log.error('goods_stock.units_refused', { goodsId: sale.goodsId, units: refused, heldAside: sale.refused, remaining: sale.remaining });
-      count('seckill_units_refused_total', { goods_id: String(sale.goodsId) }, refused);
+      reportRefused(sale, refused);
       scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));
     }
     if (confirmed > 0 || released > 0 || refused > 0) {

@@ -1,6 +1,6 @@
 import { log } from '../../workers/kernel/log';
 import { leaseChunk } from '../../workers/kernel/shards';
-import { goodsStock } from '../routing';
+import type { goodsStock } from '../routing';
 import type { LeaseRow, LeaseStore } from './lease-store';
 import type { Sale } from './storage';
 
@@ -23,9 +23,10 @@ export type GiveBack = { units: number; remaining: number };
 export type PoolContext = {
   readonly store: LeaseStore;
   readonly storage: DurableObjectStorage;
-  readonly env: Env;
   /** This shard's place, as last saved. */
   place(): LeaseRow;
+  /** The stub of another shard of the goods. */
+  stub(sale: Sale, shard: number): ReturnType<typeof goodsStock>;
   sale(): Sale | undefined;
   /** The shard's stock changed outside a reservation batch: mirror it. */
   stockChanged(remaining: number): void;
@@ -42,14 +43,6 @@ export class LeasePool {
   private lastGrantAt = 0;
 
   constructor(private readonly c: PoolContext) {}
-
-  private stub(sale: Sale, shard: number) {
-    return goodsStock(this.c.env, { id: sale.goodsId, locationHint: this.c.place().location_hint }, shard);
-  }
-
-  private saveRemaining(sale: Sale): void {
-    this.c.store.saveRemaining(sale.remaining);
-  }
 
   /**
    * Shard 0 hands `from` up to `want` units; a background ask leaves shard 0 a lease of its
@@ -87,7 +80,7 @@ export class LeasePool {
       }
       const units = Math.max(0, Math.min(share, current.remaining - keep));
       current.remaining -= units;
-      this.saveRemaining(current);
+      this.c.store.saveRemaining(current.remaining);
       if (units > 0) {
         this.lastGrantAt = Date.now();
       }
@@ -121,7 +114,8 @@ export class LeasePool {
     this.c.countCall(others.length);
     const figures = await Promise.all(
       others.map((j) =>
-        this.stub(sale, j)
+        this.c
+          .stub(sale, j)
           .snapshot()
           .then(
             (s) => s?.remaining ?? 0,
@@ -175,7 +169,7 @@ export class LeasePool {
     this.c.countCall(1);
     let reply: GiveBack;
     try {
-      reply = await this.stub(sale, j).giveBack(sale.goodsId, reclaimId, max);
+      reply = await this.c.stub(sale, j).giveBack(sale.goodsId, reclaimId, max);
     } catch (error) {
       log.warn('goods_stock.give_back_failed', { goodsId: sale.goodsId, shard: j, error });
       this.c.retryAt(Date.now() + 1_000);
@@ -188,7 +182,7 @@ export class LeasePool {
       }
       this.c.store.clearReclaim(j);
       current.remaining += reply.units;
-      this.saveRemaining(current);
+      this.c.store.saveRemaining(current.remaining);
       this.c.store.saveReport(j, reply.remaining);
       return reply.units;
     });

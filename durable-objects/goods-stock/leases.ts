@@ -10,10 +10,10 @@ export type { GiveBack, Grant };
 
 // Stock shards of a hot goods, as every shard sees them (shard 0's side, the pool's grants,
 // give-backs and sums, is lease-pool.ts). Shard 0 (the object a one-shard goods has always had)
-// holds the goods' pool: its own `remaining` is the pool, sold from by its own shoppers and leased to the
-// other shards. Every other shard starts empty and asks shard 0 for a lease (leaseChunk units)
-// at init and again in the background when it runs low, so a shopper never waits on shard 0
-// unless their shard is dry. A dry shard asks with `dry` set: when the pool cannot cover the
+// holds the goods' pool: its own `remaining` is the pool, sold from by its own shoppers and
+// leased to the other shards. Every other shard starts empty and asks shard 0 for a lease
+// (leaseChunk units) at init and again in the background when it runs low, so a shopper never
+// waits on shard 0 unless their shard is dry. A dry shard asks with `dry` set: when the pool cannot cover the
 // batch, shard 0 takes every unsold free unit back from the other shards (give-backs) before
 // the shard answers SOLD_OUT, and from then on hands out shares of what is left. Released units
 // go back to the shard that held the reservation; a give-back moves them to whoever can sell them.
@@ -57,8 +57,8 @@ export class Leases {
     this.pool = new LeasePool({
       store: this.store,
       storage: ctx.storage,
-      env,
       place: () => this.row,
+      stub: (sale, shard) => this.stub(sale, shard),
       sale: () => host.sale(),
       stockChanged: (remaining) => host.stockChanged(remaining),
       retryAt: (at) => host.retryAt(at),

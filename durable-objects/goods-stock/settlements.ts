@@ -1,4 +1,6 @@
 import type { FailReason, Settlement } from '../../workers/kernel/contract';
+import { log } from '../../workers/kernel/log';
+import { count } from '../../workers/metrics/registry';
 import type { MirrorSync } from '../../workers/mirror/sync';
 import { refuseOne, releaseOne } from './ledger';
 import type { Sale, StockStorage } from './storage';
@@ -45,19 +47,18 @@ export function applySettlements(
   now: number,
 ): SettleCounts {
   const counts: SettleCounts = { confirmed: 0, released: 0, refused: 0 };
-  let run: string[] = [];
+  // The run of confirmations so far: order id by request id.
+  let run = new Map<string, string>();
   const confirmRun = () => {
-    for (const { requestId, userId } of store.confirmMany(run, now)) {
+    for (const { requestId, userId } of store.confirmMany([...run.keys()], now)) {
       counts.confirmed++;
-      mirror.noteResult({ requestId, userId, value: `SUCCESS:${orderIds.get(requestId)}` });
+      mirror.noteResult({ requestId, userId, value: `SUCCESS:${run.get(requestId)}` });
     }
-    run = [];
+    run = new Map();
   };
-  const orderIds = new Map<string, string>();
   for (const s of settlements) {
     if (s.ok) {
-      run.push(s.requestId);
-      orderIds.set(s.requestId, s.orderId);
+      run.set(s.requestId, s.orderId);
       continue;
     }
     confirmRun();
@@ -74,4 +75,10 @@ export function applySettlements(
   }
   confirmRun();
   return counts;
+}
+
+/** Units Postgres refused (it had less stock than this object): an alarm for the operator, and a count. */
+export function reportRefused(sale: Sale, units: number): void {
+  log.error('goods_stock.units_refused', { goodsId: sale.goodsId, units, heldAside: sale.refused, remaining: sale.remaining });
+  count('seckill_units_refused_total', { goods_id: String(sale.goodsId) }, units);
 }

@@ -15,7 +15,7 @@ import { errorOf, type Result, read } from './contract.ts';
 import { type Answer, type HttpClient, outcomeKey } from './http-client.ts';
 import { sendMalformed } from './malformed.ts';
 import { type Counts, type Recorder, recorder, type StepSummary } from './metrics.ts';
-import { challengeAnswer, type Shopper } from './shoppers.ts';
+import { type Attempt, attemptPlan, challengeAnswer, type Shopper } from './shoppers.ts';
 
 const TOKEN_MAX_AGE_MS = 40_000;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -78,54 +78,9 @@ export type LoadResult = {
 };
 
 /** Who tries next, and whether they tried before. */
-type Attempt = { shopper: Shopper; duplicate: boolean };
 /** A shopper with a purchase token, waiting to buy. */
 type Ready = Attempt & { token: string; path: string; at: number; key: string };
 type Pending = AcceptedPurchase & { jwt: string; nextPollAt: number };
-
-/**
- * Which shopper makes the next purchase attempt: new shoppers in order, with a share coming
- * back for another try. Without a request count or a duration it ends when every shopper has
- * tried once; with one, shoppers keep coming back once all have tried.
- */
-function attemptPlan(shoppers: Shopper[], { duplicates, requests }: { duplicates: number; requests: number | undefined }) {
-  const tried: number[] = [];
-  let fresh = 0;
-  let issued = 0;
-  let deadline: number | undefined;
-  let exhausted = false;
-  const isDone = () => exhausted || (requests !== undefined && issued >= requests) || (deadline !== undefined && Date.now() >= deadline);
-  return {
-    setDeadline(at: number) {
-      deadline = at;
-    },
-    get done() {
-      return isDone();
-    },
-    next(): Attempt | undefined {
-      if (isDone()) {
-        return undefined;
-      }
-      const bounded = requests !== undefined || deadline !== undefined;
-      const again = tried.length > 0 && (Math.random() < duplicates || (fresh >= shoppers.length && bounded));
-      if (!again && fresh >= shoppers.length) {
-        exhausted = true;
-        return undefined;
-      }
-      issued++;
-      const shopper = again ? shoppers[tried[Math.floor(Math.random() * tried.length)] ?? 0] : shoppers[fresh];
-      if (!shopper) {
-        exhausted = true;
-        return undefined;
-      }
-      if (again) {
-        return { shopper, duplicate: true };
-      }
-      tried.push(fresh++);
-      return { shopper, duplicate: false };
-    },
-  };
-}
 
 /** Runs the load and returns what every request answered. */
 export async function runShopperLoad(o: LoadOptions): Promise<LoadResult> {

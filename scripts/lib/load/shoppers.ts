@@ -1,5 +1,5 @@
-// Shoppers for a load test: who they are (a JWT each) and how they answer a challenge, as a
-// browser running the shopper page would.
+// Shoppers for a load test: who they are (a JWT each), how they answer a challenge, as a
+// browser running the shopper page would, and which of them tries next.
 import { readFile } from 'node:fs/promises';
 import { POW_ALGORITHM, solvePow } from '../../../workers/kernel/pow.ts';
 import { type Challenge, read, type TokenBody } from './contract.ts';
@@ -122,4 +122,51 @@ export async function challengeAnswer(
     return { body: { turnstileToken, ...id, ...extra } };
   }
   return { error: `unknown challenge kind ${challenge.kind}` };
+}
+
+/** One purchase attempt: who makes it, and whether they tried before. */
+export type Attempt = { shopper: Shopper; duplicate: boolean };
+
+/**
+ * Which shopper makes the next purchase attempt: new shoppers in order, with a share coming
+ * back for another try. Without a request count or a duration it ends when every shopper has
+ * tried once; with one, shoppers keep coming back once all have tried.
+ */
+export function attemptPlan(shoppers: Shopper[], { duplicates, requests }: { duplicates: number; requests: number | undefined }) {
+  const tried: number[] = [];
+  let fresh = 0;
+  let issued = 0;
+  let deadline: number | undefined;
+  let exhausted = false;
+  const isDone = () => exhausted || (requests !== undefined && issued >= requests) || (deadline !== undefined && Date.now() >= deadline);
+  return {
+    setDeadline(at: number) {
+      deadline = at;
+    },
+    get done() {
+      return isDone();
+    },
+    next(): Attempt | undefined {
+      if (isDone()) {
+        return undefined;
+      }
+      const bounded = requests !== undefined || deadline !== undefined;
+      const again = tried.length > 0 && (Math.random() < duplicates || (fresh >= shoppers.length && bounded));
+      if (!again && fresh >= shoppers.length) {
+        exhausted = true;
+        return undefined;
+      }
+      issued++;
+      const shopper = again ? shoppers[tried[Math.floor(Math.random() * tried.length)] ?? 0] : shoppers[fresh];
+      if (!shopper) {
+        exhausted = true;
+        return undefined;
+      }
+      if (again) {
+        return { shopper, duplicate: true };
+      }
+      tried.push(fresh++);
+      return { shopper, duplicate: false };
+    },
+  };
 }
