@@ -4,6 +4,7 @@
 import { existsSync } from 'node:fs';
 import type { BrowserContextOptions } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
+import { keyTimeMs } from '../../workers/kernel/time-order.ts';
 import { buyViaApi, createGoods, eventually, goods, limits, stats } from './browser-api';
 import { answerCaptcha, browserSuite, goodsCard, seconds, signIn, text, visit, WAIT } from './browser-page';
 import { CHROMIUM, type Stack, screenshot } from './browser-stack';
@@ -104,9 +105,11 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
     const sale = await createGoods(stack, { stock: 5 });
     const page = await open();
     const purchases: string[] = [];
+    const keys: (string | undefined)[] = [];
     page.on('request', (req) => {
       if (req.url().includes('/api/seckill/do/')) {
         purchases.push(req.url());
+        keys.push(req.headers()['idempotency-key']);
       }
     });
     await visit(page, `${stack.baseUrl}/?goods=${sale.goodsId}`);
@@ -121,6 +124,8 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
     await page.locator('#order').waitFor({ state: 'visible', timeout: 20_000 });
 
     expect(purchases).toHaveLength(1);
+    // The page's key carries its time (UUID version 7), so the request id derived from it sorts by time.
+    expect(keyTimeMs(keys[0] ?? '')).toBeGreaterThan(Date.now() - 120_000);
     const after = await eventually(async () => {
       const s = await stats(stack, sale.goodsId);
       expect(s.orders.PENDING_PAYMENT).toBe(1);

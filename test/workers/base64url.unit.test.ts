@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
+import { purchaseIdOf } from '../../workers/edge/purchase';
 import { RequestId } from '../../workers/kernel/contract';
-import { fromBase64Url, randomId, timeOrderedId, toBase64Url } from '../../workers/kernel/crypto';
+import { fromBase64Url, randomId, sha256B64, timeOrderedId, toBase64Url } from '../../workers/kernel/crypto';
+import { keyTimeMs, timeOrderedKey } from '../../workers/kernel/time-order';
 
 /** base64url by the book: btoa, then the URL alphabet, no padding. */
 function reference(bytes: Uint8Array): string {
@@ -68,5 +70,45 @@ describe('base64url', () => {
     // Across a change in the number of base-36 digits the width stays 9, so the order holds.
     expect(timeOrderedId(36 ** 8 - 1) < timeOrderedId(36 ** 8)).toBe(true);
     expect(timeOrderedId(0)).toMatch(/^0{9}/);
+  });
+});
+
+describe('keys in UUID version 7 layout', () => {
+  it('carry the millisecond they were made, and are random after it', () => {
+    const start = Date.UTC(2026, 11, 3, 18);
+    const keys = Array.from({ length: 500 }, (_, i) => ({ at: start + i * 13, key: timeOrderedKey(start + i * 13) }));
+    expect(new Set(keys.map((k) => k.key)).size).toBe(500);
+    for (const { at, key } of keys) {
+      expect(key).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+      expect(keyTimeMs(key)).toBe(at);
+      expect(keyTimeMs(key.toUpperCase())).toBe(at);
+    }
+    expect(keyTimeMs(crypto.randomUUID())).toBeUndefined();
+    expect(keyTimeMs('retry-1')).toBeUndefined();
+    expect(keyTimeMs(`${timeOrderedKey()}x`)).toBeUndefined();
+  });
+
+  it("give keyed request ids in the keys' time order; any other key's id is its hash, as before", async () => {
+    const start = Date.UTC(2026, 11, 3, 18);
+    const made = await Promise.all(
+      Array.from({ length: 300 }, async (_, i) => {
+        const at = start + Math.floor(i / 2) * 5;
+        const key = timeOrderedKey(at);
+        return { at, key, id: await purchaseIdOf(42, `user-${i % 7}`, key) };
+      }),
+    );
+    expect(new Set(made.map((m) => m.id)).size).toBe(300);
+    const sorted = [...made].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    expect(sorted.map((m) => m.at)).toEqual(made.map((m) => m.at));
+    for (const { id, key } of made.slice(0, 20)) {
+      expect(RequestId.safeParse(id).success).toBe(true);
+      // The same shopper's same key is the same request; another shopper's is another.
+      expect(await purchaseIdOf(42, 'user-0', key)).toBe(await purchaseIdOf(42, 'user-0', key));
+      expect(await purchaseIdOf(42, 'user-0', key)).not.toBe(await purchaseIdOf(42, 'user-1', key));
+      expect(await purchaseIdOf(43, 'user-0', key)).not.toBe(await purchaseIdOf(42, 'user-0', key));
+    }
+    const uuid4 = crypto.randomUUID();
+    expect(await purchaseIdOf(42, 'u', uuid4)).toBe(`42.${await sha256B64(`u|42|${uuid4}`, 22)}`);
+    expect(await purchaseIdOf(42, 'u', 'retry-1')).toBe(`42.${await sha256B64('u|42|retry-1', 22)}`);
   });
 });

@@ -2,6 +2,7 @@ import { env } from 'cloudflare:workers';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { KEYED_GRACE_MS, PURCHASE_TOKEN_TTL_MS } from '../../workers/edge/purchase';
 import { issuePurchaseToken } from '../../workers/edge/signed';
+import { timeOrderedKey, timePrefix } from '../../workers/kernel/time-order';
 import { ADMIN, buy, call, createGoods, devToken, json, purchase, setLimits, stockSnapshot, tokenFor } from './helpers';
 
 // A request with an Idempotency-Key may be owed the answer the object gave its key before, so
@@ -112,5 +113,29 @@ describe('keyed purchases at the fast path', () => {
     const endedStale = await expiredToken('kf-paused', ended.goodsId, KEYED_GRACE_MS + 60_000);
     expect(await codeOf(await purchase(jwt, ended.goodsId, endedStale, { 'idempotency-key': 'kf-e-1' }))).toBe('ENDED');
     expect(await objectCalls(ended.goodsId)).toBe(endedBefore);
+  });
+
+  it("keeps a key's answer with the shopper page's keys, whose time begins the request id", async () => {
+    const { goodsId } = await createGoods({ stock: 5 });
+    const jwt = await devToken('kf-v7');
+    const at = Date.now() - 1_000;
+    const key = timeOrderedKey(at);
+    const first = await purchase(jwt, goodsId, await tokenFor(jwt, goodsId), { 'idempotency-key': key });
+    expect(first.status).toBe(202);
+    const { requestId } = await json<{ requestId: string }>(first);
+    expect(requestId.startsWith(`${goodsId}.${timePrefix(at)}`)).toBe(true);
+    // A retry with the same key gets the same answer, on a new token too (the id is the key's, not the token's).
+    const again = await purchase(jwt, goodsId, await tokenFor(jwt, goodsId), { 'idempotency-key': key });
+    expect(again.status).toBe(202);
+    expect((await json<{ requestId: string }>(again)).requestId).toBe(requestId);
+    // Another shopper's same key is another purchase; the first shopper's next key is refused as a second unit.
+    const other = await devToken('kf-v7-other');
+    const theirs = await purchase(other, goodsId, await tokenFor(other, goodsId), { 'idempotency-key': key });
+    expect(theirs.status).toBe(202);
+    expect((await json<{ requestId: string }>(theirs)).requestId).not.toBe(requestId);
+    expect(await codeOf(await purchase(jwt, goodsId, await tokenFor(jwt, goodsId), { 'idempotency-key': timeOrderedKey() }))).toBe(
+      'ALREADY_PURCHASED',
+    );
+    expect((await stockSnapshot(goodsId)).remaining).toBe(3);
   });
 });

@@ -2,6 +2,7 @@ import type { GoodsRow } from '../../db/goods';
 import type { FailReason, ReserveOutcome } from '../kernel/contract';
 import { sha256B64, timeOrderedId } from '../kernel/crypto';
 import { AppError, type ErrorCode } from '../kernel/errors';
+import { keyTimeMs, timePrefix } from '../kernel/time-order';
 import { type PurchaseToken, verifyPurchase } from './signed';
 import { keyedMayPassSoldOut, knownSoldOut } from './sold-out';
 
@@ -96,7 +97,14 @@ export async function checkPurchaseToken(
 
 /** The purchase's request id: derived from the Idempotency-Key when there is one, so a retry finds its answer. */
 export async function purchaseIdOf(goodsId: number, userId: string, key: string | undefined): Promise<string> {
-  return `${goodsId}.${key ? await sha256B64(`${userId}|${goodsId}|${key}`, 22) : timeOrderedId()}`;
+  if (!key) {
+    return `${goodsId}.${timeOrderedId()}`;
+  }
+  const hash = await sha256B64(`${userId}|${goodsId}|${key}`, 22);
+  // A key that carries its time (the shopper page's) puts it first, as an unkeyed id does; the
+  // 78 bits of hash after it keep ids apart. Any other key's id is its whole hash, as before.
+  const at = keyTimeMs(key);
+  return `${goodsId}.${at === undefined ? hash : `${timePrefix(at)}${hash.slice(0, 13)}`}`;
 }
 
 const REASON_CODE: Record<FailReason, ErrorCode> = {

@@ -1,3 +1,5 @@
+import { timePrefix } from './time-order';
+
 // HMAC-SHA256 helpers over WebCrypto. Imported keys are cached per secret: importKey costs
 // more than the signature itself on the purchase path. The cache holds keys, never the
 // promise of one: a request must not await a promise another request created (workerd
@@ -146,5 +148,5 @@ export function randomId(): string {
  * against 7-10 µs in time order).
  */
 export function timeOrderedId(now = Date.now()): string {
-  return `${Math.max(0, Math.floor(now)).toString(36).padStart(9, '0').slice(-9)}${randomId().slice(0, 13)}`;
+  return `${timePrefix(now)}${randomId().slice(0, 13)}`;
 }

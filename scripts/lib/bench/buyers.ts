@@ -1,5 +1,6 @@
 // Purchase requests for autocannon from shoppers the bench made, and the 202s they got.
-import { randomBytes } from 'node:crypto';
+
+import { timeOrderedKey } from '../../../workers/kernel/time-order.ts';
 import type { PhaseRequest } from './cannon.ts';
 import type { ReadyUser } from './mint.ts';
 
@@ -15,7 +16,7 @@ export function purchaseRequests(shoppers: ReadyUser[], goodsId: number, keyed: 
       }
       const headers: Record<string, string> = { authorization: `Bearer ${s.jwt}`, 'content-type': 'application/json' };
       if (keyed) {
-        headers['idempotency-key'] = randomBytes(12).toString('base64url');
+        headers['idempotency-key'] = timeOrderedKey();
       }
       return { method: 'POST', path: `/api/seckill/do/${s.path}`, headers, body: JSON.stringify({ goodsId, token: s.token }) };
     },

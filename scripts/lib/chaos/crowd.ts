@@ -5,7 +5,8 @@
 // shoppers trying again, and hostile requests (replayed and stolen tokens, bursts over the
 // limits from one address, malformed requests). Accepted purchases are polled until final by
 // one poller for the whole run.
-import { randomBytes } from 'node:crypto';
+
+import { timeOrderedKey } from '../../../workers/kernel/time-order.ts';
 import type { Minter } from '../bench/mint.ts';
 import { read } from '../load/contract.ts';
 import type { Answer, HttpClient } from '../load/http-client.ts';
@@ -15,7 +16,7 @@ import type { PhasePlan } from './plan.ts';
 import { type Accepted, type Category, type PhaseTally, type ResultStatus, retryable } from './tally.ts';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-const newKey = () => randomBytes(12).toString('base64url');
+const newKey = () => timeOrderedKey();
 
 /** How a shopper's requests are sent: its JWT, and its own address (Miniflare passes cf-connecting-ip through). */
 function as(s: { jwt: string; ip: string }): Record<string, string> {

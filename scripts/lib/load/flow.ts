@@ -10,7 +10,8 @@
 // prepares the next one otherwise, so no more than `lookahead` tokens are ever waiting and
 // none waits longer than it takes to send the purchases in front of it. A token that got
 // older than TOKEN_MAX_AGE_MS anyway (a very slow deployment) is dropped and prepared again.
-import { randomBytes } from 'node:crypto';
+
+import { timeOrderedKey } from '../../../workers/kernel/time-order.ts';
 import { errorOf, type Result, read } from './contract.ts';
 import { type Answer, type HttpClient, outcomeKey } from './http-client.ts';
 import { sendMalformed } from './malformed.ts';
@@ -137,7 +138,7 @@ export async function runShopperLoad(o: LoadOptions): Promise<LoadResult> {
     );
     const issued = read.purchaseToken(token.json);
     if (token.status === 200 && issued) {
-      ready.push({ ...slot, token: issued.token, path: issued.path, at: Date.now(), key: randomBytes(12).toString('base64url') });
+      ready.push({ ...slot, token: issued.token, path: issued.path, at: Date.now(), key: timeOrderedKey() });
     } else {
       attemptsDone++;
     }

@@ -17,14 +17,12 @@ export type ShopperContext = {
 };
 
 export { sleep } from '../../../workers/kernel/sleep';
-
-/** A random Idempotency-Key; randomUUID needs a secure context, so fall back to raw bytes. */
-export function newKey(): string {
-  if (typeof crypto.randomUUID === 'function') {
-    return crypto.randomUUID();
-  }
-  return Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, '0')).join('');
-}
+/**
+ * A new Idempotency-Key: a UUID version 7 (its time, then random bits), so the purchase's request
+ * id, derived from it, sorts by time where the goods' object indexes it. getRandomValues needs no
+ * secure context, where randomUUID did.
+ */
+export { timeOrderedKey as newKey } from '../../../workers/kernel/time-order';
 
 /** localStorage keys for what survives a reload: the pending request and the order. */
 export const storageKeys = {
