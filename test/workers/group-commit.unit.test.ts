@@ -166,4 +166,70 @@ describe('group commit', () => {
     expect(await Promise.all(callsBackoff)).toEqual(['r0', ...rest]);
     expect(await Promise.all(callsEveryMs)).toEqual(['r0', ...rest]);
   });
+
+  describe('lanes in a group (the stock shards of one goods)', () => {
+    const shards = () => {
+      const { batches, send } = manualSend();
+      const gc = new GroupCommit<number, string>({
+        send,
+        maxBatch: 10,
+        maxInFlight: 2,
+        waitLimitMs: 10_000,
+        groups: { of: (lane) => lane.split(':')[0], maxInFlight: 1 },
+      });
+      return { batches, gc };
+    };
+
+    /** One batch of `lane` that takes `ms` to come back: the group's batches take that long so far. */
+    async function batchTaking(
+      gc: GroupCommit<number, string>,
+      batches: ReturnType<typeof manualSend>['batches'],
+      lane: string,
+      ms: number,
+    ) {
+      const n = batches.length;
+      const call = gc.run(lane, 0);
+      await sent(batches, n + 1);
+      await new Promise((r) => setTimeout(r, ms));
+      batches.at(-1)?.answer(['r0']);
+      await call;
+    }
+
+    it("share the group's budget: a shard's calls wait while another's batch is out, then go as one batch", async () => {
+      const { batches, gc } = shards();
+      await batchTaking(gc, batches, 'g:0', 2_000);
+      const a = gc.run('g:0', 10);
+      await sent(batches, 2);
+      const b = [20, 21, 22].map((i) => gc.run('g:1', i));
+      // Another goods has a budget of its own.
+      const other = gc.run('h:1', 30);
+      await sent(batches, 3);
+      await new Promise((r) => setTimeout(r, 150));
+      expect(batches.map((x) => x.lane)).toEqual(['g:0', 'g:0', 'h:1']);
+      expect(gc.waiting()).toBe(3);
+      batches[1]?.answer(['a10']);
+      batches[2]?.answer(['h30']);
+      await sent(batches, 4);
+      expect(batches[3]?.lane).toBe('g:1');
+      expect(batches[3]?.items).toEqual([20, 21, 22]);
+      batches[3]?.answer(['b20', 'b21', 'b22']);
+      expect(await Promise.all([a, ...b, other])).toEqual(['a10', 'b20', 'b21', 'b22', 'h30']);
+    });
+
+    it("wait for the group's budget at most half as long as its batches take, then send on their own", async () => {
+      const { batches, gc } = shards();
+      await batchTaking(gc, batches, 'g:0', 600);
+      const held = gc.run('g:0', 10);
+      await sent(batches, 2);
+      const since = Date.now();
+      const alone = gc.run('g:1', 20);
+      await sent(batches, 3);
+      // About 300 ms (half of 600) while g:0's batch stayed out, not the wait limit.
+      expect(Date.now() - since).toBeGreaterThanOrEqual(250);
+      expect(batches[2]?.lane).toBe('g:1');
+      batches[2]?.answer(['b20']);
+      batches[1]?.answer(['a10']);
+      expect(await Promise.all([held, alone])).toEqual(['a10', 'b20']);
+    });
+  });
 });

@@ -6,7 +6,8 @@ import { GroupCommit, type WaitUntil } from './group-commit';
  * The edge's one way into a goods' stock objects for purchases: group commit (see
  * group-commit.ts). The reservations this isolate makes for one stock shard while a call to it
  * is on the way go together in the next `reserveMany` call, ONE SQLite transaction. A shopper
- * always lands on the same shard (a hash of the user id), so one lane per goods and shard.
+ * always lands on the same shard (a hash of the user id), so one lane per goods and shard, and
+ * the lanes of one goods share its budget of MAX_IN_FLIGHT batches (group-commit.ts).
  */
 
 /** Largest batch in one call (one transaction); bounded so one call stays short. */
@@ -23,6 +24,7 @@ const reservations = new GroupCommit<Call, ReserveOutcome>({
   maxBatch: MAX_BATCH,
   maxInFlight: MAX_IN_FLIGHT,
   waitLimitMs: WAIT_LIMIT_MS,
+  groups: { of: (lane) => lane.slice(0, lane.indexOf(':')), maxInFlight: MAX_IN_FLIGHT },
   send: (_lane, calls) => {
     const [first] = calls;
     if (!first) {
