@@ -10,9 +10,6 @@ import type { DelayPhase, ModelPhase, ShardPhase } from './phases.ts';
 export type Target = { name: string; ok: boolean; actual: string };
 type Ratioed = { ratioToFloor: number | null };
 
-/** What the classic stack answered on this machine when it was measured by hand (purchases/s). */
-export const CLASSIC_REFERENCE = { low: 1_183, high: 1_591 };
-
 /** The fields of the result the targets read. */
 export type TargetInputs = {
   options: { connections: number };
@@ -51,17 +48,20 @@ export function targets(r: TargetInputs): Target[] {
   ];
   const classic = 'skipped' in r.classic ? undefined : r.classic;
   const classicRate = classic?.accepted ? classic.accepted / Math.max(classic.durationS, 0.001) : undefined;
-  const against = classicRate ?? CLASSIC_REFERENCE.high;
-  const source = classicRate
-    ? `the classic stack's ${fmt(classicRate)}/s this run`
-    : `the classic stack's ${fmt(CLASSIC_REFERENCE.high)}/s measured before`;
+  const ahead = 'purchases ahead of the classic stack';
+  const aim = 'purchases >= 1.5x the classic stack (aim)';
+  if (classicRate === undefined) {
+    // Only a measurement of the same run compares: the same stack read 2,628 to 7,464/s on this machine in one day.
+    const why = 'skipped' in r.classic ? r.classic.skipped : 'it accepted no purchase';
+    out.push(notRun(ahead, why), notRun(aim, why));
+  } else {
+    const source = `the classic stack's ${fmt(classicRate)}/s this run`;
+    out.push(
+      t(ahead, r.purchase.acceptedPerSec > classicRate, `${fmt(r.purchase.acceptedPerSec)}/s vs ${source}`),
+      t(aim, r.purchase.acceptedPerSec >= 1.5 * classicRate, `${(r.purchase.acceptedPerSec / classicRate).toFixed(2)}x`),
+    );
+  }
   out.push(
-    t(`purchases ahead of the classic stack`, r.purchase.acceptedPerSec > against, `${fmt(r.purchase.acceptedPerSec)}/s vs ${source}`),
-    t(
-      `purchases >= 1.5x the classic stack (aim)`,
-      r.purchase.acceptedPerSec >= 1.5 * against,
-      `${(r.purchase.acceptedPerSec / against).toFixed(2)}x`,
-    ),
     t(
       'sold-out answers >= 0.9x the floor route',
       (r.soldOut.ratioToFloor ?? 0) >= 0.9,
