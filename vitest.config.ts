@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { cloudflareTest } from '@cloudflare/vitest-pool-workers';
 import { defineConfig } from 'vitest/config';
+import { OWN_DATABASE_FILES, type WorkerServices } from './test/setup/services';
 
 /** The committed local defaults (.dev.vars.example), so a fresh clone tests as it runs. */
 function devVars(): Record<string, string> {
@@ -14,25 +15,8 @@ function devVars(): Record<string, string> {
   return vars;
 }
 
-/**
- * The Worker test files that act on the whole database, not only on goods of their own: the
- * crons (the overdue sweep and the reconciliation run over every goods, at clocks hours ahead),
- * the shop's one webhook endpoint, the dead-letter lists and re-drives, the admin routes fed
- * hostile input, and the count of every Postgres session the bridge opened. They run one at a
- * time, after the others.
- */
-const WHOLE_DATABASE_FILES = [
-  'config-entry',
-  'dead-letters-redrive',
-  'hostile-input',
-  'lifecycle-mixed',
-  'lifecycle-orders',
-  'orders-guard',
-  'outbox-resend',
-  'reconcile-repair',
-  'sale-rules-mixed',
-  'webhooks',
-].map((name) => `test/workers/${name}.integration.test.ts`);
+/** The Worker test files that act on the whole database, each on a database of its own (test/setup/services.ts). */
+const WHOLE_DATABASE_FILES = OWN_DATABASE_FILES.map((name) => ({ name, file: `test/workers/${name}.integration.test.ts` }));
 
 /**
  * The packages the Worker and its tests import, pre-bundled once: workerd otherwise loads zod,
@@ -62,26 +46,48 @@ const WORKER_DEPS = [
   'fast-check',
 ];
 
+type Inject = <K extends 'databaseUrl' | 'pgWsProxy' | 'redisRestUrl' | 'redisRestToken' | 'ownDatabases'>(
+  key: K,
+) => K extends 'ownDatabases' ? Record<string, WorkerServices> : string;
+
 /**
  * A project of Worker test files. Each file runs in a workerd of its own (its own objects and
- * their storage); what they share is the Postgres (and Redis) the global setup starts.
- * `maxWorkers` files run at once.
+ * their storage); what they share is the Postgres (and Redis) the global setup starts, or the
+ * database of their own `ownDatabase` names. `maxWorkers` files run at once.
  */
-function workersProject(name: string, files: { include: string[]; exclude?: string[] }, maxWorkers: number, groupOrder: number) {
+function workersProject(
+  name: string,
+  files: { include: string[]; exclude?: string[] },
+  maxWorkers: number,
+  groupOrder: number,
+  ownDatabase?: string,
+) {
+  const services = (inject: Inject): WorkerServices =>
+    ownDatabase
+      ? (inject('ownDatabases')[ownDatabase] as WorkerServices)
+      : {
+          databaseUrl: inject('databaseUrl'),
+          pgWsProxy: inject('pgWsProxy'),
+          redisRestUrl: inject('redisRestUrl'),
+          redisRestToken: inject('redisRestToken'),
+        };
   return {
     plugins: [
-      cloudflareTest(({ inject }) => ({
-        wrangler: { configPath: './wrangler.toml' },
-        miniflare: {
-          bindings: {
-            ...devVars(),
-            DATABASE_URL: inject('databaseUrl'),
-            PG_WS_PROXY: inject('pgWsProxy'),
-            UPSTASH_REDIS_REST_URL: inject('redisRestUrl'),
-            UPSTASH_REDIS_REST_TOKEN: inject('redisRestToken'),
+      cloudflareTest(({ inject }) => {
+        const s = services(inject as Inject);
+        return {
+          wrangler: { configPath: './wrangler.toml' },
+          miniflare: {
+            bindings: {
+              ...devVars(),
+              DATABASE_URL: s.databaseUrl,
+              PG_WS_PROXY: s.pgWsProxy,
+              UPSTASH_REDIS_REST_URL: s.redisRestUrl,
+              UPSTASH_REDIS_REST_TOKEN: s.redisRestToken,
+            },
           },
-        },
-      })),
+        };
+      }),
     ],
     test: {
       name,
@@ -104,9 +110,10 @@ export default defineConfig({
       // Three files at a time: each goods a file makes is its own, and nothing else they share
       // changes under them. Most of a file's time is waiting on a queue batch, an alarm or a
       // retry, so three keep two cores busy where two left one idle (a run: 399 s against 493 s).
-      // Then the files that act on the whole database, one at a time.
-      workersProject('workers', { include: ['test/workers/**/*.test.ts'], exclude: WHOLE_DATABASE_FILES }, 3, 1),
-      workersProject('workers-whole-db', { include: WHOLE_DATABASE_FILES }, 1, 2),
+      // The files that act on the whole database run among them, each on its own database (they
+      // ran one at a time after the others, about 130 s).
+      workersProject('workers', { include: ['test/workers/**/*.test.ts'], exclude: WHOLE_DATABASE_FILES.map((f) => f.file) }, 3, 1),
+      ...WHOLE_DATABASE_FILES.map(({ name, file }) => workersProject(`workers:${name}`, { include: [file] }, 3, 1, name)),
       {
         test: {
           name: 'node',

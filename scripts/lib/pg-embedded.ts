@@ -110,11 +110,28 @@ function unitReader() {
   };
 }
 
-export type EmbeddedPostgres = { url: string; port: number; close(): Promise<void> };
+export type EmbeddedPostgres = {
+  url: string;
+  port: number;
+  /** The database's files as they are now, to start another database from (`from`). */
+  snapshot(): Promise<Blob>;
+  close(): Promise<void>;
+};
 
-/** Starts PGlite on 127.0.0.1. `dataDir` undefined = in memory. */
-export async function startEmbeddedPostgres({ dataDir, port = 0 }: { dataDir?: string; port?: number } = {}): Promise<EmbeddedPostgres> {
-  const db = await PGlite.create(dataDir ? { dataDir } : {});
+/**
+ * Starts PGlite on 127.0.0.1. `dataDir` undefined = in memory; `from`: a snapshot of another
+ * embedded database to start as (in about a quarter of the time a new one takes).
+ */
+export async function startEmbeddedPostgres({
+  dataDir,
+  port = 0,
+  from,
+}: {
+  dataDir?: string;
+  port?: number;
+  from?: Blob;
+} = {}): Promise<EmbeddedPostgres> {
+  const db = await PGlite.create({ ...(dataDir ? { dataDir } : {}), ...(from ? { loadDataDir: from } : {}) });
   const lock = sessionLock();
   const sockets = new Set<net.Socket>();
   let nextId = 1;
@@ -194,6 +211,7 @@ export async function startEmbeddedPostgres({ dataDir, port = 0 }: { dataDir?: s
   return {
     url: `postgres://postgres:postgres@127.0.0.1:${actualPort}/postgres`,
     port: actualPort,
+    snapshot: () => db.dumpDataDir('none'),
     async close() {
       for (const s of sockets) {
         s.destroy();

@@ -35,33 +35,58 @@ async function freshDatabase(serverUrl: string): Promise<{ url: string; drop(): 
 
 export type TestServices = {
   databaseUrl: string;
+  /** The embedded database's files as they are now, to start more from (undefined on a server). */
+  snapshot: (() => Promise<Blob>) | undefined;
   pgWsProxy: string;
   redisRestUrl: string | undefined;
   redisRestToken: string | undefined;
   close(): Promise<void>;
 };
 
-/** Postgres (a fresh database on `databaseUrl`'s server, or embedded), its bridge, and Redis' when `redisUrl` is set. */
+/**
+ * Postgres (a fresh database on `databaseUrl`'s server, or embedded), its bridge, and Redis' when
+ * `redisUrl` is set. `goodsIdsFrom`: the first goods id the database hands out (default 1), so
+ * that databases whose goods share one redis-server never name the same goods. `from`: the
+ * snapshot of another embedded database's services (migrated already) to start this one from.
+ */
 export async function startTestServices({
   databaseUrl,
   redisUrl,
+  goodsIdsFrom,
+  from,
 }: {
   databaseUrl?: string | undefined;
   redisUrl?: string | undefined;
+  goodsIdsFrom?: number | undefined;
+  from?: Blob | undefined;
 } = {}): Promise<TestServices> {
   const closers: (() => Promise<void>)[] = [];
   try {
     let url: string;
+    let snapshot: (() => Promise<Blob>) | undefined;
     if (databaseUrl) {
       const fresh = await freshDatabase(databaseUrl);
       closers.push(() => fresh.drop());
       url = fresh.url;
+      await applyMigrations(url);
     } else {
-      const embedded = await startEmbeddedPostgres();
+      const embedded = await startEmbeddedPostgres({ from });
       closers.push(() => embedded.close());
       url = embedded.url;
+      if (!from) {
+        await applyMigrations(url);
+      }
+      snapshot = embedded.snapshot;
     }
-    await applyMigrations(url);
+    if (goodsIdsFrom !== undefined && goodsIdsFrom > 1) {
+      const c = new pg.Client({ connectionString: url });
+      await c.connect();
+      try {
+        await c.query(`SELECT setval(pg_get_serial_sequence('seckill_goods', 'id'), $1, false)`, [goodsIdsFrom]);
+      } finally {
+        await c.end();
+      }
+    }
     const target = new URL(url);
     const bridge = await startWsBridge({ allow: [`${target.hostname}:${target.port || 5432}`] });
     closers.push(() => bridge.close());
@@ -73,6 +98,7 @@ export async function startTestServices({
     }
     return {
       databaseUrl: url,
+      snapshot,
       pgWsProxy: bridge.proxy,
       redisRestUrl: redis?.url,
       redisRestToken: redis?.token,

@@ -1,5 +1,5 @@
 import type { TestProject } from 'vitest/node';
-import { startTestServices } from '../../scripts/lib/test-services.ts';
+import { startTestServices, type TestServices } from '../../scripts/lib/test-services.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -9,8 +9,34 @@ declare module 'vitest' {
     redisRestToken: string;
     /** Postgres URL as Node sees it, for assertions made outside the Worker. */
     nodeDatabaseUrl: string;
+    /** A database of its own (and its bridges) for each test file that acts on the whole database, by name. */
+    ownDatabases: Record<string, WorkerServices>;
   }
 }
+
+/** What a Worker test project binds: its Postgres, the bridge to it, and the Redis bridge (or ''). */
+export type WorkerServices = { databaseUrl: string; pgWsProxy: string; redisRestUrl: string; redisRestToken: string };
+
+/**
+ * The Worker test files that act on the whole database, not only on goods of their own: the
+ * crons (the overdue sweep and the reconciliation run over every goods, at clocks hours ahead),
+ * the shop's one webhook endpoint, the dead-letter lists and re-drives, the admin routes fed
+ * hostile input, and the count of every Postgres session the bridge opened. Each has a database
+ * of its own, whose goods ids start at a million times its place in this list (they share the
+ * redis-server), so they run beside the other files.
+ */
+export const OWN_DATABASE_FILES = [
+  'config-entry',
+  'dead-letters-redrive',
+  'hostile-input',
+  'lifecycle-mixed',
+  'lifecycle-orders',
+  'orders-guard',
+  'outbox-resend',
+  'reconcile-repair',
+  'sale-rules-mixed',
+  'webhooks',
+];
 
 /**
  * Starts what the Worker under test talks to: Postgres (embedded PGlite, or a fresh database
@@ -18,14 +44,23 @@ declare module 'vitest' {
  * when TEST_REDIS_URL is set, the Upstash REST bridge to that redis-server.
  */
 export default async function setup(project: TestProject) {
-  const services = await startTestServices({
-    databaseUrl: process.env.TEST_DATABASE_URL,
-    redisUrl: process.env.TEST_REDIS_URL,
+  const start = (goodsIdsFrom?: number, from?: Blob) =>
+    startTestServices({ databaseUrl: process.env.TEST_DATABASE_URL, redisUrl: process.env.TEST_REDIS_URL, goodsIdsFrom, from });
+  const services = await start();
+  // An embedded database starts from the first one's migrated files, in a quarter of the time.
+  const migrated = await services.snapshot?.();
+  const own = await Promise.all(OWN_DATABASE_FILES.map((_, i) => start((i + 1) * 1_000_000, migrated)));
+  const bound = (s: TestServices): WorkerServices => ({
+    databaseUrl: s.databaseUrl,
+    pgWsProxy: s.pgWsProxy,
+    redisRestUrl: s.redisRestUrl ?? '',
+    redisRestToken: s.redisRestToken ?? '',
   });
   project.provide('databaseUrl', services.databaseUrl);
   project.provide('nodeDatabaseUrl', services.databaseUrl);
   project.provide('pgWsProxy', services.pgWsProxy);
   project.provide('redisRestUrl', services.redisRestUrl ?? '');
   project.provide('redisRestToken', services.redisRestToken ?? '');
-  return () => services.close();
+  project.provide('ownDatabases', Object.fromEntries(OWN_DATABASE_FILES.map((name, i) => [name, bound(own[i] as TestServices)])));
+  return () => Promise.all([services, ...own].map((s) => s.close()));
 }
