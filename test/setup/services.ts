@@ -22,8 +22,8 @@ export type WorkerServices = { databaseUrl: string; pgWsProxy: string; redisRest
  * crons (the overdue sweep and the reconciliation run over every goods, at clocks hours ahead),
  * the shop's one webhook endpoint, the dead-letter lists and re-drives, the admin routes fed
  * hostile input, and the count of every Postgres session the bridge opened. Each has a database
- * of its own, whose goods ids start at a million times its place in this list (they share the
- * redis-server), so they run beside the other files.
+ * of its own, whose goods ids start a million times its place in this list after the run's
+ * first (they share the redis-server), so they run beside the other files.
  */
 export const OWN_DATABASE_FILES = [
   'config-entry',
@@ -46,10 +46,13 @@ export const OWN_DATABASE_FILES = [
 export default async function setup(project: TestProject) {
   const start = (goodsIdsFrom?: number, from?: Blob) =>
     startTestServices({ databaseUrl: process.env.TEST_DATABASE_URL, redisUrl: process.env.TEST_REDIS_URL, goodsIdsFrom, from });
-  const services = await start();
+  // The redis-server outlives the run, and the mirror's keys are named by goods id: a run on it
+  // numbers its goods from a place of its own, or a goods would find the keys an earlier run left.
+  const base = process.env.TEST_REDIS_URL ? (1 + Math.floor(Math.random() * 90_000)) * 10_000_000 : 0;
+  const services = await start(base || undefined);
   // An embedded database starts from the first one's migrated files, in a quarter of the time.
   const migrated = await services.snapshot?.();
-  const own = await Promise.all(OWN_DATABASE_FILES.map((_, i) => start((i + 1) * 1_000_000, migrated)));
+  const own = await Promise.all(OWN_DATABASE_FILES.map((_, i) => start(base + (i + 1) * 1_000_000, migrated)));
   const bound = (s: TestServices): WorkerServices => ({
     databaseUrl: s.databaseUrl,
     pgWsProxy: s.pgWsProxy,
