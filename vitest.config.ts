@@ -46,10 +46,6 @@ const WORKER_DEPS = [
   'fast-check',
 ];
 
-type Inject = <K extends 'databaseUrl' | 'pgWsProxy' | 'redisRestUrl' | 'redisRestToken' | 'ownDatabases'>(
-  key: K,
-) => K extends 'ownDatabases' ? Record<string, WorkerServices> : string;
-
 /**
  * A project of Worker test files. Each file runs in a workerd of its own (its own objects and
  * their storage); what they share is the Postgres (and Redis) the global setup starts, or the
@@ -60,21 +56,12 @@ function workersProject(
   files: { include: string[]; exclude?: string[] },
   maxWorkers: number,
   groupOrder: number,
-  ownDatabase?: string,
+  ownDatabase = '',
 ) {
-  const services = (inject: Inject): WorkerServices =>
-    ownDatabase
-      ? (inject('ownDatabases')[ownDatabase] as WorkerServices)
-      : {
-          databaseUrl: inject('databaseUrl'),
-          pgWsProxy: inject('pgWsProxy'),
-          redisRestUrl: inject('redisRestUrl'),
-          redisRestToken: inject('redisRestToken'),
-        };
   return {
     plugins: [
       cloudflareTest(({ inject }) => {
-        const s = services(inject as Inject);
+        const s = inject('workerServices')[ownDatabase] as WorkerServices;
         return {
           wrangler: { configPath: './wrangler.toml' },
           miniflare: {

@@ -18,14 +18,14 @@ import { changeAllowlist } from './allowlist';
 import { countDecisions } from './decision-counts';
 import { KeyedAccepts } from './keyed-accepts';
 import { type GiveBack, type Grant, Leases } from './leases';
-import { refusalsInGoodsUnits, reserveBatch, restoreUnsettled, returnRefused } from './ledger';
+import { refusalsInGoodsUnits, reserveBatch, restoreUnsettled } from './ledger';
 import { mirrorExpectation, mirrorFullState, mirrorGoods, noteAccepted } from './mirror-view';
 import { coalesceMs, Outbox } from './outbox';
 import { ReserveStore } from './reserve-store';
 import { quantityOf } from './rules';
 import { goodsFromPostgres, resultView, saleIsOn, stockSnapshot } from './sale';
 import { OUTBOX_KEEPS_UNSETTLED } from './schema';
-import { applySettlements, releaseAndMirror, reportRefused, type SettleCounts } from './settlements';
+import { applySettlements, releaseAndMirror, reportRefused, returnRefusedAndMirror, type SettleCounts } from './settlements';
 import { type Sale, StockStorage } from './storage';
 
 /** The outbox's safety net: if the immediate flush did not empty it, the alarm retries. */
@@ -263,17 +263,13 @@ export class GoodsStock extends DurableObject<Env> {
    * was made on); otherwise it returns nothing and the next run decides again.
    */
   async returnRefused(units: number, expectedRemaining: number): Promise<{ returned: number; remaining: number; refused: number }> {
-    const sale = this.sale;
-    if (!sale || sale.remaining !== expectedRemaining) {
-      return { returned: 0, remaining: sale?.remaining ?? 0, refused: sale?.refused ?? 0 };
-    }
-    const returned = this.ctx.storage.transactionSync(() => returnRefused(this.store, sale, units));
+    const returned = this.ctx.storage.transactionSync(() =>
+      returnRefusedAndMirror(this.store, this.sale, this.mirror, units, expectedRemaining),
+    );
     if (returned > 0) {
-      log.warn('goods_stock.refused_returned', { goodsId: sale.goodsId, units: returned, heldAside: sale.refused });
-      this.mirror.noteStock(sale.remaining);
       this.syncMirror();
     }
-    return { returned, remaining: sale.remaining, refused: sale.refused };
+    return { returned, remaining: this.sale?.remaining ?? 0, refused: this.sale?.refused ?? 0 };
   }
 
   /**

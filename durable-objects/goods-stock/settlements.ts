@@ -2,7 +2,7 @@ import type { FailReason, Settlement } from '../../workers/kernel/contract';
 import { log } from '../../workers/kernel/log';
 import { count } from '../../workers/metrics/registry';
 import type { MirrorSync } from '../../workers/mirror/sync';
-import { refuseOne, releaseOne } from './ledger';
+import { refuseOne, releaseOne, returnRefused } from './ledger';
 import type { Sale, StockStorage } from './storage';
 
 // What Postgres made of reservations, applied inside the caller's synchronous transaction, and
@@ -32,6 +32,29 @@ export function releaseAndMirror(
     mirror.noteResult({ requestId, userId: released.userId, value: `FAIL:${reason}` });
   }
   return true;
+}
+
+/**
+ * Puts up to `units` held-aside units back on sale (reconciliation's decision) and tells the
+ * mirror, only while the stock is still `expectedRemaining`, what the decision was made on;
+ * otherwise returns 0 and the next run decides again. How many it returned.
+ */
+export function returnRefusedAndMirror(
+  store: StockStorage,
+  sale: Sale | undefined,
+  mirror: MirrorSync,
+  units: number,
+  expectedRemaining: number,
+): number {
+  if (!sale || sale.remaining !== expectedRemaining) {
+    return 0;
+  }
+  const returned = returnRefused(store, sale, units);
+  if (returned > 0) {
+    log.warn('goods_stock.refused_returned', { goodsId: sale.goodsId, units: returned, heldAside: sale.refused });
+    mirror.noteStock(sale.remaining);
+  }
+  return returned;
 }
 
 /**

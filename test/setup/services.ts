@@ -3,14 +3,10 @@ import { startTestServices, type TestServices } from '../../scripts/lib/test-ser
 
 declare module 'vitest' {
   export interface ProvidedContext {
-    databaseUrl: string;
-    pgWsProxy: string;
-    redisRestUrl: string;
-    redisRestToken: string;
+    /** What the Worker test files bind: the shared database's under '', and each of OWN_DATABASE_FILES' own by name. */
+    workerServices: Record<string, WorkerServices>;
     /** Postgres URL as Node sees it, for assertions made outside the Worker. */
     nodeDatabaseUrl: string;
-    /** A database of its own (and its bridges) for each test file that acts on the whole database, by name. */
-    ownDatabases: Record<string, WorkerServices>;
   }
 }
 
@@ -59,11 +55,10 @@ export default async function setup(project: TestProject) {
     redisRestUrl: s.redisRestUrl ?? '',
     redisRestToken: s.redisRestToken ?? '',
   });
-  project.provide('databaseUrl', services.databaseUrl);
+  project.provide('workerServices', {
+    '': bound(services),
+    ...Object.fromEntries(OWN_DATABASE_FILES.map((name, i) => [name, bound(own[i] as TestServices)])),
+  });
   project.provide('nodeDatabaseUrl', services.databaseUrl);
-  project.provide('pgWsProxy', services.pgWsProxy);
-  project.provide('redisRestUrl', services.redisRestUrl ?? '');
-  project.provide('redisRestToken', services.redisRestToken ?? '');
-  project.provide('ownDatabases', Object.fromEntries(OWN_DATABASE_FILES.map((name, i) => [name, bound(own[i] as TestServices)])));
   return () => Promise.all([services, ...own].map((s) => s.close()));
 }
