@@ -82,6 +82,78 @@ describe('purchase path', () => {
     expect((await stats(goodsId)).doRemaining).toBe(0);
   });
 
+  it('answers a sold-out goods from the hidden path alone, before the body is read', async () => {
+    const { goodsId } = await createGoods({ stock: 1 });
+    // A token taken while there was stock (the token route refuses a sold-out goods).
+    const jwt = await devToken('p3');
+    const { path } = await purchaseToken(jwt, goodsId);
+    expect((await buy('p1', goodsId)).status).toBe(202);
+    // The object's SOLD_OUT teaches this isolate that the goods is sold out.
+    expect((await buy('p2', goodsId)).status).toBe(410);
+    expect(path).toMatch(new RegExp(`^${goodsId}\\.[A-Za-z0-9_-]{32}$`));
+    // A body that is not JSON at all: had the route read it, the answer would be 400.
+    const unread = await call(`/api/seckill/do/${path}`, {
+      method: 'POST',
+      headers: { ...bearer(jwt), 'content-type': 'application/json' },
+      body: '{not json',
+    });
+    expect(unread.status).toBe(410);
+    expect(await json(unread)).toMatchObject({ error: { code: 'SOLD_OUT' } });
+    // A path that names no goods (as paths were issued before) is answered after the body.
+    const bare = path.slice(path.indexOf('.') + 1);
+    const read = await call(`/api/seckill/do/${bare}`, {
+      method: 'POST',
+      headers: { ...bearer(jwt), 'content-type': 'application/json' },
+      body: '{not json',
+    });
+    expect(read.status).toBe(400);
+    expect((await stats(goodsId)).doRemaining).toBe(0);
+  });
+
+  it('takes a path without its goods id as issued before, and refuses a path that names another goods', async () => {
+    const a = await createGoods({ stock: 5 });
+    const b = await createGoods({ stock: 5 });
+    const jwt = await devToken('q1');
+    const t = await purchaseToken(jwt, a.goodsId);
+    const [named, mac] = t.path.split('.');
+    expect(named).toBe(String(a.goodsId));
+    // The HMAC alone still buys.
+    const bare = await call(`/api/seckill/do/${mac}`, {
+      method: 'POST',
+      headers: bearer(jwt),
+      json: { goodsId: a.goodsId, token: t.token },
+    });
+    expect(bare.status).toBe(202);
+    // Goods b's id in front of goods a's HMAC, and goods a's path with a body about goods b.
+    const other = await devToken('q2');
+    const forB = await purchaseToken(other, b.goodsId);
+    const relabelled = `${a.goodsId}.${forB.path.split('.')[1]}`;
+    const wrongPath = await call(`/api/seckill/do/${relabelled}`, {
+      method: 'POST',
+      headers: bearer(other),
+      json: { goodsId: b.goodsId, token: forB.token },
+    });
+    expect(wrongPath.status).toBe(403);
+    expect(await json(wrongPath)).toMatchObject({ error: { code: 'TOKEN_INVALID' } });
+    const forA = await purchaseToken(other, a.goodsId);
+    const wrongBody = await call(`/api/seckill/do/${forA.path}`, {
+      method: 'POST',
+      headers: bearer(other),
+      json: { goodsId: b.goodsId, token: forB.token },
+    });
+    expect(wrongBody.status).toBe(403);
+    expect(await json(wrongBody)).toMatchObject({ error: { code: 'TOKEN_INVALID' } });
+    // With a key the path is checked after sign-in, by the token's own check.
+    const keyed = await call(`/api/seckill/do/${relabelled}`, {
+      method: 'POST',
+      headers: { ...bearer(other), 'idempotency-key': 'relabelled-1' },
+      json: { goodsId: b.goodsId, token: forB.token },
+    });
+    expect(keyed.status).toBe(403);
+    const [sa, sb] = [await settled(a.goodsId), await settled(b.goodsId)];
+    expect([sa.doRemaining, sb.doRemaining]).toEqual([4, 5]);
+  });
+
   it('answers NOT_STARTED and ENDED outside the window', async () => {
     const soon = await createGoods({ startAt: Date.now() + 3600_000, endAt: Date.now() + 7200_000 });
     const early = await buy('i1', soon.goodsId);

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { hmacB64, safeEqual, timeOrderedId } from '../kernel/crypto';
+import { PURCHASE_PATH } from '../kernel/http-bodies';
 import { openBlob, peekBlob, sealBlob } from '../kernel/sealed';
 
 // Stateless signed blobs: `base64url(json).base64url(hmac)`. Signatures are domain-separated
@@ -24,9 +25,24 @@ export async function issuePurchaseToken(secret: string, userId: string, goodsId
   return { token, path: await purchasePath(secret, userId, goodsId, expiresAt), expiresAt, tokenId };
 }
 
-/** The hidden path: only this user, this goods, this token window produce it. */
-export function purchasePath(secret: string, userId: string, goodsId: number, expiresAt: number): Promise<string> {
+/**
+ * The hidden path: only this user, this goods, this token window produce it. It starts with the
+ * goods id (`42.` then 32 characters of HMAC), so the edge can answer a sold-out or ended goods
+ * from the path alone, before it reads the body; the HMAC covers the goods id too.
+ */
+export async function purchasePath(secret: string, userId: string, goodsId: number, expiresAt: number): Promise<string> {
+  return `${goodsId}.${await pathMac(secret, userId, goodsId, expiresAt)}`;
+}
+
+function pathMac(secret: string, userId: string, goodsId: number, expiresAt: number): Promise<string> {
   return hmacB64(secret, `path|${userId}|${goodsId}|${expiresAt}`, 32);
+}
+
+/** The goods id a hidden path names, unverified: only for answers the goods' own state gives anyone. */
+export function goodsOfPurchasePath(path: string): number | undefined {
+  const named = PURCHASE_PATH.exec(path)?.[1];
+  const goodsId = named === undefined ? Number.NaN : Number(named);
+  return Number.isSafeInteger(goodsId) ? goodsId : undefined;
 }
 
 /**
@@ -50,7 +66,12 @@ export async function verifyPurchase(
   if (!p || p.u !== userId || p.g !== goodsId || p.e <= now) {
     return undefined;
   }
-  if (!safeEqual(path, await purchasePath(secret, userId, goodsId, p.e))) {
+  const shape = PURCHASE_PATH.exec(path);
+  const named = shape?.[1];
+  if (!shape?.[2] || (named !== undefined && named !== String(goodsId))) {
+    return undefined;
+  }
+  if (!safeEqual(shape[2], await pathMac(secret, userId, goodsId, p.e))) {
     return undefined;
   }
   return { userId: p.u, goodsId: p.g, expiresAt: p.e, tokenId: p.j };

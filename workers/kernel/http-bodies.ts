@@ -70,7 +70,12 @@ export const GoodsParam = z.object({ goodsId: GoodsId });
 /** A `/result/:requestId` path. */
 export const RequestParam = z.object({ requestId: RequestId });
 /** The hidden purchase path: 32 url-safe characters derived from the purchase token. */
-export const PurchasePathParam = z.object({ path: z.string().regex(/^[A-Za-z0-9_-]{32}$/, 'not a purchase path') });
+/**
+ * A hidden path (workers/edge/signed.ts): the goods id, a dot and 32 characters of HMAC, or the
+ * HMAC alone as paths were issued before they named their goods.
+ */
+export const PURCHASE_PATH = /^(?:([1-9]\d{0,15})\.)?([A-Za-z0-9_-]{32})$/;
+export const PurchasePathParam = z.object({ path: z.string().regex(PURCHASE_PATH, 'not a purchase path') });
 export const IdempotencyHeader = z.object({ 'idempotency-key': IdempotencyKey.optional() });
 
 export const DevTokenBody = z.object({ userId: UserId });

@@ -14,7 +14,7 @@ import {
   replayedToRetries,
 } from '../../edge/purchase';
 import { reserve } from '../../edge/reserve-client';
-import { claimedPurchaseExpiry } from '../../edge/signed';
+import { claimedPurchaseExpiry, goodsOfPurchasePath } from '../../edge/signed';
 import { acceptedKeyedOf, markInStock, markSoldOut, rememberKeyedAnswer } from '../../edge/sold-out';
 import type { ReserveOutcome } from '../../kernel/contract';
 import { AppError, type ErrorCode } from '../../kernel/errors';
@@ -27,16 +27,21 @@ import { requireJson } from '../middleware/require-json';
 import { saleLimits } from '../middleware/sale-limits';
 import { shopperAuth } from '../middleware/shopper-auth';
 import { validInto } from '../middleware/validate';
+import { onError } from '../on-error';
 
 // POST /api/seckill/do/:path, the purchase, as one pipeline of named checks, cheapest first.
 // Before it, on every shopper route (app.ts): clientAddress, loadLimits, ipShield.
 //
 //   requireJson      415 unless the body is JSON
-//   purchaseBody     400 unless it is {goodsId, token, quantity?} (quantity 1-100, default 1)
-//   refuseFromCache  without an Idempotency-Key: 404 unknown goods, 410 ENDED, 425 NOT_STARTED,
-//                    423 PAUSED, 410 SOLD_OUT from the isolate's copies (no sign-in needed, so
-//                    the flood after a sell-out costs neither a signature check nor an object call;
-//                    each such answer counts toward the address' ban, reported in the background)
+//   refuseFromPath   without an Idempotency-Key, when the hidden path names its goods (every path
+//                    issued now does): 404 unknown goods, 410 ENDED, 425 NOT_STARTED, 423 PAUSED,
+//                    410 SOLD_OUT from the isolate's copies, before the body is read (no sign-in
+//                    needed, so the flood after a sell-out costs neither a body, nor a signature
+//                    check, nor an object call; each such answer counts toward the address' ban,
+//                    reported in the background)
+//   purchaseBody     400 unless it is {goodsId, token, quantity?} (quantity 1-100, default 1);
+//                    403 TOKEN_INVALID when the path named another goods
+//   refuseFromCache  the same answers for a path that names no goods (issued before paths did)
 //   shopperAuth      401 unless a valid shopper JWT
 //   purchasePath     400 unless the hidden path has its shape
 //   idempotencyKey   400 unless the Idempotency-Key (optional) is printable ASCII
@@ -60,6 +65,11 @@ import { validInto } from '../middleware/validate';
 const step = createMiddleware<AppEnv>;
 
 const purchaseBody = validInto('json', PurchaseBody, (c, body) => {
+  // refuseFromPath read the goods the path names: the body must be about that one.
+  const named = c.get('goods');
+  if (named !== undefined && named.id !== body.goodsId) {
+    throw new AppError('TOKEN_INVALID', 'the purchase path is for another goods');
+  }
   c.set('goodsId', body.goodsId);
   c.set('purchaseToken', body.token);
   c.set('quantity', body.quantity);
@@ -79,26 +89,52 @@ const EARLY_ANSWERS: ReadonlySet<ErrorCode> = new Set(['NOT_FOUND', 'ENDED', 'NO
 
 /**
  * Runs one of the answers from the isolate's copies; when it refuses, the refusal is counted
- * toward the client's ban (in the isolate, reported in the background) before it is answered.
- * An outage (no goods list to be had) is not the client's doing and is not counted.
+ * toward the client's ban (in the isolate, reported in the background) and is the answer,
+ * returned here rather than thrown back through every step before this one (a sale's flood is
+ * mostly these answers). An outage (no goods list to be had) is not the client's doing: it is
+ * thrown, and not counted.
  */
-async function answerFromCopies(c: Context<AppEnv>, ids: string[], refuse: (goods: GoodsRow) => void): Promise<void> {
+async function answerFromCopies(c: Context<AppEnv>, ids: string[], refuse: (goods: GoodsRow) => void): Promise<Response | undefined> {
   try {
     refuse(await goodsOf(c));
+    return undefined;
   } catch (error) {
-    if (error instanceof AppError && EARLY_ANSWERS.has(error.code)) {
-      countEarlyAnswer(c.env, ids, c.get('limits'), waitUntilOf(c));
+    if (!(error instanceof AppError && EARLY_ANSWERS.has(error.code))) {
+      throw error;
     }
-    throw error;
+    countEarlyAnswer(c.env, ids, c.get('limits'), waitUntilOf(c));
+    // As app.onError would answer it; requestMetrics reads the outcome from c.error.
+    c.error = error;
+    return onError(error, c);
   }
 }
 
+/** The answers from the isolate's copies for a request without an Idempotency-Key, about c's goodsId. */
+function refuseUnkeyed(c: Context<AppEnv>): Promise<Response | undefined> {
+  // Before sign-in only the address is known (a claimed shopper is not to be counted).
+  const ip = c.get('clientIp');
+  return answerFromCopies(c, ip ? [ipKey(ip)] : [], (goods) => refuseFromCopies(goods, Date.now()));
+}
+
+// Both check the raw header: a keyed retry may be owed the answer the object gave it before.
+const refuseFromPath = step(async function refuseFromPath(c, next) {
+  const named = goodsOfPurchasePath(c.req.param('path') ?? '');
+  if (named !== undefined && c.req.header('idempotency-key') === undefined) {
+    c.set('goodsId', named);
+    const answer = await refuseUnkeyed(c);
+    if (answer) {
+      return answer;
+    }
+  }
+  await next();
+});
+
 const refuseFromCache = step(async function refuseFromCache(c, next) {
-  // Checked on the raw header: a keyed retry may be owed the answer the object gave it before.
-  if (c.req.header('idempotency-key') === undefined) {
-    // Before sign-in only the address is known (a claimed shopper is not to be counted).
-    const ip = c.get('clientIp');
-    await answerFromCopies(c, ip ? [ipKey(ip)] : [], (goods) => refuseFromCopies(goods, Date.now()));
+  if (goodsOfPurchasePath(c.req.param('path') ?? '') === undefined && c.req.header('idempotency-key') === undefined) {
+    const answer = await refuseUnkeyed(c);
+    if (answer) {
+      return answer;
+    }
   }
   await next();
 });
@@ -116,7 +152,10 @@ const refuseKeyed = step(async function refuseKeyed(c, next) {
   if (c.get('idempotencyKey') !== undefined) {
     const keyed = { requestId: c.get('purchaseId'), tokenExpiresAt: claimedPurchaseExpiry(c.get('purchaseToken')) };
     const ids = clientKeys(c.get('clientIp'), c.get('userId'), 'purchase', c.get('limits')).map((k) => k.id);
-    await answerFromCopies(c, ids, (goods) => refuseKeyedFromCopies(goods, keyed, Date.now()));
+    const answer = await answerFromCopies(c, ids, (goods) => refuseKeyedFromCopies(goods, keyed, Date.now()));
+    if (answer) {
+      return answer;
+    }
   }
   await next();
 });
@@ -210,6 +249,7 @@ function busy(traceId: string, purchaseId: string, goodsId: number, error: unkno
 export const purchase = new Hono<AppEnv>().post(
   '/do/:path',
   requireJson,
+  refuseFromPath,
   purchaseBody,
   refuseFromCache,
   shopperAuth,
