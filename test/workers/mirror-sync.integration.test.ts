@@ -1,4 +1,6 @@
+import { env } from 'cloudflare:workers';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { mirrorRetryAt, readStocks } from '../../workers/mirror/client';
 import {
   ADMIN,
   bearer,
@@ -68,8 +70,9 @@ describe.skipIf(!redis)('Redis mirror', () => {
     expect(accepted.length).toBe(4);
     expect(attempts.filter((a) => a.status === 410).length).toBe(2);
 
-    const s = await settled(goodsId);
-    await mirrorSettled(goodsId);
+    await settled(goodsId);
+    // The stats as the mirror has caught up (its writes follow the answers).
+    const s = await mirrorSettled(goodsId);
     const m = await mirrorOf(goodsId);
     expect(s).toMatchObject({ doRemaining: 0, dbStock: 0, mirrorStock: 0, mirror: 'ok', consistent: true });
     expect(m.stock).toBe('0');
@@ -184,6 +187,21 @@ describe.skipIf(!redis)('Redis mirror', () => {
     // Put it right for whatever runs next.
     await reconcileNow(goodsId);
     expect(await redis?.get(`seckill:stock:${goodsId}`)).toBe('5');
+  });
+
+  it("reads the mirror for the stats even while a shopper read's failure holds the mirror off", async () => {
+    const { goodsId } = await createGoods({ stock: 3 });
+    expect((await buy('m-op', goodsId)).status).toBe(202);
+    await mirrorSettled(goodsId);
+    // A shopper-facing read that fails (here: a wrong token for the same Redis) opens the
+    // isolate's breaker, so shopper reads skip the mirror for a while.
+    const url = String(env.UPSTASH_REDIS_REST_URL);
+    expect(await readStocks({ url, token: 'not-the-token' }, [goodsId])).toBeUndefined();
+    expect(mirrorRetryAt({ url, token: 'not-the-token' })).toBeGreaterThan(0);
+    // The operator's stats still ask Redis, and their answer closes the breaker again.
+    const s = await stats(goodsId);
+    expect(s).toMatchObject({ mirror: 'ok', mirrorStock: 2, doRemaining: 2, consistent: true });
+    expect(mirrorRetryAt({ url, token: String(env.UPSTASH_REDIS_REST_TOKEN) })).toBe(0);
   });
 
   it('keeps user ids as strings (a numeric id is not turned into a number)', async () => {

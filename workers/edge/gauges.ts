@@ -5,7 +5,7 @@ import { lastReconciliations } from '../../db/reconciliation';
 import type { Config } from '../kernel/config';
 import { knownStatusName, ORDER_STATUS } from '../kernel/order-status';
 import type { GaugeFamily, GaugeSample } from '../metrics/prometheus';
-import { readStocks } from '../mirror/client';
+import { OPERATOR_READ, readStocks } from '../mirror/client';
 import { goodsSnapshot } from './stock-shards';
 
 // Values read live at scrape time rather than counted: stock as each side sees it, what is
@@ -31,7 +31,7 @@ export async function collectGauges(env: Env, config: Config, db: Db, now: numbe
       ),
     ),
   );
-  const mirror = config.redis ? await readStocks(config.redis, ids) : undefined;
+  const mirror = config.redis ? await readStocks(config.redis, ids, OPERATOR_READ) : undefined;
 
   const stock: GaugeSample[] = [];
   const total: GaugeSample[] = [];

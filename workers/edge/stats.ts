@@ -5,7 +5,7 @@ import { ORDER_STATUS, type OrderStatusName } from '../../db/schema';
 import { countDeliveries, type DeliveryCounts } from '../../db/webhooks';
 import type { Config } from '../kernel/config';
 import type { ShardStock } from '../kernel/shards';
-import { readStocks } from '../mirror/client';
+import { OPERATOR_READ, readStocks } from '../mirror/client';
 import { goodsSnapshot } from './stock-shards';
 import { roomStatsOf } from './waiting-room';
 
@@ -52,7 +52,7 @@ export async function goodsStats(env: Env, config: Config, goodsId: number): Pro
       countOpenDeadLetters(d, goodsId),
       countDeliveries(d, goodsId),
       goodsSnapshot(env, row),
-      config.redis ? readStocks(config.redis, [goodsId]) : Promise.resolve(undefined),
+      config.redis ? readStocks(config.redis, [goodsId], OPERATOR_READ) : Promise.resolve(undefined),
       roomStatsOf(env, row).catch(() => null),
     ]);
     return { fromDb: { row, counts, deadLetters, webhooks }, snapshot: stock.total, shards: stock.shards, mirrored, queue };

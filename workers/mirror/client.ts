@@ -14,6 +14,12 @@ export type RedisConfig = { url: string; token: string };
 export const READ_TIMEOUT_MS = 300;
 /** Writes happen off the request path; they may take a little longer. */
 export const WRITE_TIMEOUT_MS = 1_000;
+/**
+ * Reads for an operator (the stats, the metrics scrape) ask Redis even while the breaker is
+ * open and wait this long: they are what says whether the mirror is reachable and right, and a
+ * shopper's read that failed a moment ago in the same isolate must not answer for them.
+ */
+export const OPERATOR_READ = { timeoutMs: 2_000, force: true } as const;
 const BREAKER_BASE_MS = 1_000;
 const BREAKER_MAX_MS = 30_000;
 
@@ -158,12 +164,12 @@ function toStock(value: unknown): number | null {
  * Remaining stock of several goods from the mirror, in one round trip. `undefined` when the
  * mirror cannot answer (callers ask the object); `null` entries are keys the mirror lacks.
  */
-export async function readStocks(config: RedisConfig, goodsIds: number[]): Promise<(number | null)[] | undefined> {
+export async function readStocks(config: RedisConfig, goodsIds: number[], options: Options = {}): Promise<(number | null)[] | undefined> {
   if (goodsIds.length === 0) {
     return [];
   }
   try {
-    const values = await guarded(config, {}, (redis) => redis.mget<unknown[]>(...goodsIds.map(stockKey)));
+    const values = await guarded(config, options, (redis) => redis.mget<unknown[]>(...goodsIds.map(stockKey)));
     const stocks = goodsIds.map((_, i) => toStock(values[i]));
     count('seckill_mirror_operations_total', { operation: 'read_stock', outcome: stocks.includes(null) ? 'miss' : 'ok' });
     return stocks;
