@@ -71,6 +71,34 @@ describe('keyed purchases at the fast path', () => {
     expect(await objectCalls(goodsId)).toBe(before + 1);
   });
 
+  it('answers a keyed SOLD_OUT before reading the body, unless the object answered that key', async () => {
+    const { goodsId } = await createGoods({ stock: 1 });
+    const lucky = await devToken('kb-lucky');
+    const won = await tokenFor(lucky, goodsId);
+    const late = await devToken('kb-late');
+    const held = await tokenFor(late, goodsId);
+    const other = await devToken('kb-other');
+    const otherToken = await tokenFor(other, goodsId);
+    expect((await purchase(lucky, goodsId, won, { 'idempotency-key': 'kb-lucky-1' })).status).toBe(202);
+    // Someone else finds it sold out: the isolate knows it.
+    expect(await codeOf(await purchase(other, goodsId, otherToken))).toBe('SOLD_OUT');
+    vi.useFakeTimers({ toFake: ['Date'], now: Date.now() });
+    // A body that is not JSON at all: had the route read it, the answer would be 400.
+    const notJson = (jwt: string | undefined, path: string, key: string) =>
+      call(`/api/seckill/do/${path}`, {
+        method: 'POST',
+        headers: { ...(jwt ? { authorization: `Bearer ${jwt}` } : {}), 'content-type': 'application/json', 'idempotency-key': key },
+        body: '{not json',
+      });
+    expect(await codeOf(await notJson(late, held.path, 'kb-late-1'))).toBe('SOLD_OUT');
+    // The key's request id needs the shopper: no sign-in, no answer but 401.
+    expect((await notJson(undefined, held.path, 'kb-late-2')).status).toBe(401);
+    // The accepted key may be owed its 202: it goes on to the body (here malformed: 400).
+    expect((await notJson(lucky, won.path, 'kb-lucky-1')).status).toBe(400);
+    const retry = await purchase(lucky, goodsId, won, { 'idempotency-key': 'kb-lucky-1' });
+    expect(retry.status).toBe(202);
+  });
+
   it('refuses at the edge a keyed request whose token expired 10 minutes ago', async () => {
     const { goodsId } = await createGoods({ stock: 5 });
     const jwt = await devToken('kf-stale');

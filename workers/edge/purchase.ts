@@ -4,7 +4,7 @@ import { sha256B64, timeOrderedId } from '../kernel/crypto';
 import { AppError, type ErrorCode } from '../kernel/errors';
 import { keyTimeMs, timePrefix } from '../kernel/time-order';
 import { type PurchaseToken, verifyPurchase } from './signed';
-import { keyedMayPassSoldOut, knownSoldOut } from './sold-out';
+import { keyedMayPassSoldOut, keyedRefusedNow, knownSoldOut } from './sold-out';
 
 // The purchase's decisions at the edge, without Hono: what the isolate's copies can answer,
 // the token check, the purchase id, and the contract's answer for the object's refusals.
@@ -78,6 +78,18 @@ export function refuseKeyedFromCopies(
     throw copyAnswer('PAUSED');
   }
   if (!keyedMayPassSoldOut(goods.id, keyed.requestId, now)) {
+    throw copyAnswer('SOLD_OUT');
+  }
+}
+
+/**
+ * A keyed purchase's SOLD_OUT before its body is read: only while a fresh sell-out is known and
+ * the object has not answered its key (keyedRefusedNow; the re-check turn is left to
+ * refuseKeyedFromCopies). ENDED and PAUSED wait for the body: a keyed retry within its token's
+ * grace may be owed an answer, and the token says when it expires.
+ */
+export function refuseKeyedBeforeBody(goods: GoodsRow, requestId: string, now: number): void {
+  if (keyedRefusedNow(goods.id, requestId, now)) {
     throw copyAnswer('SOLD_OUT');
   }
 }

@@ -117,16 +117,33 @@ export function rememberKeyedAnswer(requestId: string, until: number, now = Date
  * (here, or in its list of recent keyed acceptances, or its list was cut short).
  */
 export function keyedMayPassSoldOut(goodsId: number, requestId: string, now = Date.now()): boolean {
+  return answeredHere(requestId, now) || !knownSoldOut(goodsId, now) || mayBeAccepted(goodsId, requestId);
+}
+
+/**
+ * Whether a keyed purchase is refused SOLD_OUT now, without taking the re-check turn: a fresh
+ * sell-out is known and the object has not answered this key. For an answer before the body is
+ * read; false sends the request on to keyedMayPassSoldOut, which may take the turn.
+ */
+export function keyedRefusedNow(goodsId: number, requestId: string, now = Date.now()): boolean {
+  return soldOutNow(goodsId, now) && !answeredHere(requestId, now) && !mayBeAccepted(goodsId, requestId);
+}
+
+/** Whether this isolate got an answer for the key from the object and lets its retries through. */
+function answeredHere(requestId: string, now: number): boolean {
   const until = answered.get(requestId);
-  if (until !== undefined) {
-    if (until > now) {
-      return true;
-    }
-    answered.delete(requestId);
+  if (until === undefined) {
+    return false;
   }
-  if (!knownSoldOut(goodsId, now)) {
+  if (until > now) {
     return true;
   }
+  answered.delete(requestId);
+  return false;
+}
+
+/** Whether the goods' last SOLD_OUT lists the key among its recent keyed acceptances, or cannot say. */
+function mayBeAccepted(goodsId: number, requestId: string): boolean {
   const entry = soldOut.get(goodsId);
   const accepted = entry?.accepted;
   if (!entry || !accepted || accepted.truncated) {

@@ -1,3 +1,4 @@
+import type { Context } from 'hono';
 import { createMiddleware } from 'hono/factory';
 import { verifyShopperToken } from '../../edge/shopper-jwt';
 import { UserId } from '../../kernel/contract';
@@ -10,6 +11,12 @@ import { bearer } from './bearer';
  * is the user id; `exp` is required, within AUTH_JWT_MAX_LIFETIME_SECONDS.
  */
 export const shopperAuth = createMiddleware<AppEnv>(async function shopperAuth(c, next) {
+  c.set('userId', await signIn(c));
+  await next();
+});
+
+/** The shopper's user id from the request's JWT, or 401 UNAUTHENTICATED (shopperAuth, for a step that needs it early). */
+export async function signIn(c: Context<AppEnv>): Promise<string> {
   const token = bearer(c.req.header('authorization'));
   if (!token) {
     throw new AppError('UNAUTHENTICATED', 'a Bearer token is required');
@@ -27,6 +34,5 @@ export const shopperAuth = createMiddleware<AppEnv>(async function shopperAuth(c
   if (!userId.success) {
     throw new AppError('UNAUTHENTICATED', 'the token has no usable subject');
   }
-  c.set('userId', userId.data);
-  await next();
-});
+  return userId.data;
+}

@@ -10,13 +10,15 @@ import {
   purchaseIdOf,
   refusal,
   refuseFromCopies,
+  refuseKeyedBeforeBody,
   refuseKeyedFromCopies,
   replayedToRetries,
 } from '../../edge/purchase';
 import { reserve } from '../../edge/reserve-client';
 import { claimedPurchaseExpiry, goodsOfPurchasePath } from '../../edge/signed';
-import { acceptedKeyedOf, markInStock, markSoldOut, rememberKeyedAnswer } from '../../edge/sold-out';
+import { acceptedKeyedOf, markInStock, markSoldOut, rememberKeyedAnswer, soldOutNow } from '../../edge/sold-out';
 import type { ReserveOutcome } from '../../kernel/contract';
+import { IdempotencyKey } from '../../kernel/contract';
 import { AppError, type ErrorCode } from '../../kernel/errors';
 import { IdempotencyHeader, PurchaseBody, PurchasePathParam } from '../../kernel/http-bodies';
 import { admissionRate } from '../../kernel/limits';
@@ -25,7 +27,7 @@ import { type AppEnv, waitUntilOf } from '../context';
 import { goodsOf, loadGoods } from '../middleware/goods';
 import { requireJson } from '../middleware/require-json';
 import { saleLimits } from '../middleware/sale-limits';
-import { shopperAuth } from '../middleware/shopper-auth';
+import { shopperAuth, signIn } from '../middleware/shopper-auth';
 import { validInto } from '../middleware/validate';
 import { onError } from '../on-error';
 
@@ -33,12 +35,14 @@ import { onError } from '../on-error';
 // Before it, on every shopper route (app.ts): clientAddress, loadLimits, ipShield.
 //
 //   requireJson      415 unless the body is JSON
-//   refuseFromPath   without an Idempotency-Key, when the hidden path names its goods (every path
-//                    issued now does): 404 unknown goods, 410 ENDED, 425 NOT_STARTED, 423 PAUSED,
-//                    410 SOLD_OUT from the isolate's copies, before the body is read (no sign-in
-//                    needed, so the flood after a sell-out costs neither a body, nor a signature
-//                    check, nor an object call; each such answer counts toward the address' ban,
-//                    reported in the background)
+//   refuseFromPath   when the hidden path names its goods (every path issued now does), before
+//                    the body is read: without an Idempotency-Key, 404 unknown goods, 410 ENDED,
+//                    425 NOT_STARTED, 423 PAUSED, 410 SOLD_OUT from the isolate's copies (no
+//                    sign-in needed, so the flood after a sell-out costs neither a body, nor a
+//                    signature check, nor an object call; each such answer counts toward the
+//                    client's ban, reported in the background); with one, while the goods is
+//                    known sold out, 401 unless signed in, then 410 SOLD_OUT unless the object
+//                    answered this key
 //   purchaseBody     400 unless it is {goodsId, token, quantity?} (quantity 1-100, default 1);
 //                    403 TOKEN_INVALID when the path named another goods
 //   refuseFromCache  the same answers for a path that names no goods (issued before paths did)
@@ -116,12 +120,28 @@ function refuseUnkeyed(c: Context<AppEnv>): Promise<Response | undefined> {
   return answerFromCopies(c, ip ? [ipKey(ip)] : [], (goods) => refuseFromCopies(goods, Date.now()));
 }
 
+/**
+ * A keyed purchase of a goods this isolate knows to be sold out: signed in early, so that the
+ * key gives its request id before the body is read; refused unless the object answered its key.
+ */
+async function refuseKeyedEarly(c: Context<AppEnv>, key: string): Promise<Response | undefined> {
+  const goodsId = c.get('goodsId');
+  if (!soldOutNow(goodsId) || !IdempotencyKey.safeParse(key).success) {
+    return undefined;
+  }
+  const userId = await signIn(c);
+  const requestId = await purchaseIdOf(goodsId, userId, key);
+  const ids = clientKeys(c.get('clientIp'), userId, 'purchase', c.get('limits')).map((k) => k.id);
+  return answerFromCopies(c, ids, (goods) => refuseKeyedBeforeBody(goods, requestId, Date.now()));
+}
+
 // Both check the raw header: a keyed retry may be owed the answer the object gave it before.
 const refuseFromPath = step(async function refuseFromPath(c, next) {
   const named = goodsOfPurchasePath(c.req.param('path') ?? '');
-  if (named !== undefined && c.req.header('idempotency-key') === undefined) {
+  if (named !== undefined) {
     c.set('goodsId', named);
-    const answer = await refuseUnkeyed(c);
+    const key = c.req.header('idempotency-key');
+    const answer = key === undefined ? await refuseUnkeyed(c) : await refuseKeyedEarly(c, key);
     if (answer) {
       return answer;
     }
