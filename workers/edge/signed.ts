@@ -40,8 +40,7 @@ function pathMac(secret: string, userId: string, goodsId: number, expiresAt: num
 
 /** The goods id a hidden path names, unverified: only for answers the goods' own state gives anyone. */
 export function goodsOfPurchasePath(path: string): number | undefined {
-  const named = PURCHASE_PATH.exec(path)?.[1];
-  const goodsId = named === undefined ? Number.NaN : Number(named);
+  const goodsId = Number(PURCHASE_PATH.exec(path)?.[1]);
   return Number.isSafeInteger(goodsId) ? goodsId : undefined;
 }
 

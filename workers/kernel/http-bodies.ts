@@ -69,7 +69,6 @@ export const GoodsParam = z.object({ goodsId: GoodsId });
 
 /** A `/result/:requestId` path. */
 export const RequestParam = z.object({ requestId: RequestId });
-/** The hidden purchase path: 32 url-safe characters derived from the purchase token. */
 /**
  * A hidden path (workers/edge/signed.ts): the goods id, a dot and 32 characters of HMAC, or the
  * HMAC alone as paths were issued before they named their goods.

@@ -17,8 +17,7 @@ import {
 import { reserve } from '../../edge/reserve-client';
 import { claimedPurchaseExpiry, goodsOfPurchasePath } from '../../edge/signed';
 import { acceptedKeyedOf, markInStock, markSoldOut, rememberKeyedAnswer, soldOutNow } from '../../edge/sold-out';
-import type { ReserveOutcome } from '../../kernel/contract';
-import { IdempotencyKey } from '../../kernel/contract';
+import { IdempotencyKey, type ReserveOutcome } from '../../kernel/contract';
 import { AppError, type ErrorCode } from '../../kernel/errors';
 import { IdempotencyHeader, PurchaseBody, PurchasePathParam } from '../../kernel/http-bodies';
 import { admissionRate } from '../../kernel/limits';
@@ -150,7 +149,9 @@ const refuseFromPath = step(async function refuseFromPath(c, next) {
 });
 
 const refuseFromCache = step(async function refuseFromCache(c, next) {
-  if (goodsOfPurchasePath(c.req.param('path') ?? '') === undefined && c.req.header('idempotency-key') === undefined) {
+  // A goods already read was named by the path and checked by refuseFromPath (once: the sold-out
+  // check may take the isolate's turn to ask the object).
+  if (c.get('goods') === undefined && c.req.header('idempotency-key') === undefined) {
     const answer = await refuseUnkeyed(c);
     if (answer) {
       return answer;
