@@ -8,7 +8,7 @@
 // fetch another request started (workerd cancels such a wait). Only an isolate with no keys
 // at all, or a token with an unknown `kid` (key rotation, at most once a minute), waits for a
 // fetch of its own.
-import { verify, verifyWithJwks } from 'hono/jwt';
+import { verifyWithJwks } from 'hono/jwt';
 import type { HonoJsonWebKey } from 'hono/utils/jwt/jws';
 import { decodeHeader } from 'hono/utils/jwt/jwt';
 import type { JWTPayload } from 'hono/utils/jwt/types';
@@ -16,6 +16,7 @@ import { z } from 'zod';
 import type { ShopperAuthConfig } from '../kernel/config';
 import { hmacKey } from '../kernel/crypto';
 import { AppError } from '../kernel/errors';
+import { signedWithHs256, verifyHs256 } from '../kernel/jwt-hs256';
 import { log } from '../kernel/log';
 
 const ASYMMETRIC = ['RS256', 'ES256'] as const;
@@ -194,16 +195,17 @@ export async function verifyShopperToken(
     return known.payload;
   }
   const verification = { iss: auth.issuer, aud: auth.audience };
-  // The header alone picks the method; verify() reads the payload itself.
-  const { alg, kid } = decodeHeader(token);
+  // The header alone picks the method; each verification reads the payload itself.
   let payload: JWTPayload;
-  if (alg === 'HS256' && auth.hs256Secret) {
-    payload = await verify(token, await hmacKey(auth.hs256Secret), { alg, ...verification });
-  } else if ((alg === 'RS256' || alg === 'ES256') && auth.jwksUrl) {
+  if (auth.hs256Secret && signedWithHs256(token)) {
+    payload = (await verifyHs256(token, await hmacKey(auth.hs256Secret), verification, now)) as JWTPayload;
+  } else {
+    const { alg, kid } = decodeHeader(token);
+    if (!((alg === 'RS256' || alg === 'ES256') && auth.jwksUrl)) {
+      throw new Error(`tokens signed with ${alg} are not accepted`);
+    }
     const keys = await keysFor(auth.jwksUrl, kid, now, waitUntil);
     payload = await verifyWithJwks(token, { keys, allowedAlgorithms: ASYMMETRIC, verification });
-  } else {
-    throw new Error(`tokens signed with ${alg} are not accepted`);
   }
   checkLifetime(payload, auth.maxLifetimeSeconds, now);
   rememberVerified(verified, token, payload, now);
