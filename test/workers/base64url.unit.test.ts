@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { purchaseIdOf } from '../../workers/edge/purchase';
 import { RequestId } from '../../workers/kernel/contract';
-import { fromBase64Url, randomId, sha256B64, timeOrderedId, toBase64Url } from '../../workers/kernel/crypto';
+import { fromBase64Url, randomId, safeEqual, sha256B64, timeOrderedId, toBase64Url } from '../../workers/kernel/crypto';
 import { keyTimeMs, timeOrderedKey } from '../../workers/kernel/time-order';
 
 /** base64url by the book: btoa, then the URL alphabet, no padding. */
@@ -110,5 +110,24 @@ describe('keys in UUID version 7 layout', () => {
     const uuid4 = crypto.randomUUID();
     expect(await purchaseIdOf(42, 'u', uuid4)).toBe(`42.${await sha256B64(`u|42|${uuid4}`, 22)}`);
     expect(await purchaseIdOf(42, 'u', 'retry-1')).toBe(`42.${await sha256B64('u|42|retry-1', 22)}`);
+  });
+});
+
+describe('safeEqual', () => {
+  it('is true only for the same string: a difference at any place, a length or a character outside ASCII makes it false', () => {
+    const mac = 'Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFi';
+    expect(safeEqual(mac, `${mac}`)).toBe(true);
+    expect(safeEqual('', '')).toBe(true);
+    for (let i = 0; i < mac.length; i++) {
+      const changed = `${mac.slice(0, i)}${mac[i] === 'A' ? 'B' : 'A'}${mac.slice(i + 1)}`;
+      expect(safeEqual(mac, changed)).toBe(false);
+      expect(safeEqual(changed, mac)).toBe(false);
+    }
+    expect(safeEqual(mac, mac.slice(0, -1))).toBe(false);
+    expect(safeEqual(mac.slice(0, -1), mac)).toBe(false);
+    expect(safeEqual('', mac)).toBe(false);
+    expect(safeEqual(mac, '')).toBe(false);
+    expect(safeEqual('caf\u00e9', 'cafe')).toBe(false);
+    expect(safeEqual('\u{1F600}', '\u{1F601}')).toBe(false);
   });
 });
