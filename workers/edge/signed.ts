@@ -13,7 +13,20 @@ const seal = sealBlob;
 const MAX_BLOB = 1024;
 const open = <T>(secret: string, purpose: string, blob: string, schema: z.ZodType<T>) => openBlob(secret, purpose, blob, schema, MAX_BLOB);
 
-const PurchaseTokenPayload = z.object({ u: z.string(), g: z.number(), e: z.number(), j: z.string() });
+type PurchaseTokenClaims = { u: string; g: number; e: number; j: string };
+// A guard rather than z.object: it is read on every purchase, and workerd's zod checks objects
+// field by field in its interpreter (http/middleware/validate.ts).
+const PurchaseTokenPayload = z.custom<PurchaseTokenClaims>((value) => {
+  const p = value as Partial<Record<keyof PurchaseTokenClaims, unknown>> | null;
+  return (
+    typeof p === 'object' &&
+    p !== null &&
+    typeof p.u === 'string' &&
+    typeof p.g === 'number' &&
+    typeof p.e === 'number' &&
+    typeof p.j === 'string'
+  );
+});
 export type PurchaseToken = { userId: string; goodsId: number; expiresAt: number; tokenId: string };
 
 /** Issues a one-time purchase token bound to user and goods, and its hidden path. */

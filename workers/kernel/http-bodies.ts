@@ -76,6 +76,15 @@ export const RequestParam = z.object({ requestId: RequestId });
 export const PURCHASE_PATH = /^(?:([1-9]\d{0,15})\.)?([A-Za-z0-9_-]{32})$/;
 export const PurchasePathParam = z.object({ path: z.string().regex(PURCHASE_PATH, 'not a purchase path') });
 export const IdempotencyHeader = z.object({ 'idempotency-key': IdempotencyKey.optional() });
+const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,128}$/;
+/** IdempotencyHeader's value when the key is absent or well-formed, without zod (validInto's `fast`). */
+export function idempotencyHeaderFast(headers: unknown): z.output<typeof IdempotencyHeader> | undefined {
+  const key = (headers as Record<string, unknown>)['idempotency-key'];
+  if (key === undefined) {
+    return {};
+  }
+  return typeof key === 'string' && IDEMPOTENCY_KEY.test(key) ? { 'idempotency-key': key } : undefined;
+}
 
 export const DevTokenBody = z.object({ userId: UserId });
 /** Proof-of-work nonce: whatever string the client found (printable ASCII). */
@@ -96,6 +105,36 @@ export const PurchaseBody = z.object({
   /** Units to buy: 1..the goods' perUserLimit (checked against the goods once it is loaded). */
   quantity: z.number().int().min(1).max(100).default(1),
 });
+
+/**
+ * PurchaseBody's value for the body every shopper page sends (a numeric goods id, a token, no
+ * quantity or a whole one in range), read without zod; undefined for anything else, which
+ * PurchaseBody then reads or refuses (validInto's `fast`).
+ */
+export function purchaseBodyFast(body: unknown): z.output<typeof PurchaseBody> | undefined {
+  if (typeof body !== 'object' || body === null) {
+    return undefined;
+  }
+  const { goodsId, token, quantity } = body as Record<string, unknown>;
+  if (typeof goodsId !== 'number' || !Number.isSafeInteger(goodsId) || goodsId <= 0) {
+    return undefined;
+  }
+  if (typeof token !== 'string' || token.length < 1 || token.length > 1024) {
+    return undefined;
+  }
+  if (quantity === undefined) {
+    return { goodsId, token, quantity: 1 };
+  }
+  return typeof quantity === 'number' && Number.isInteger(quantity) && quantity >= 1 && quantity <= 100
+    ? { goodsId, token, quantity }
+    : undefined;
+}
+
+/** PurchasePathParam's value when the path has its shape, without zod (validInto's `fast`). */
+export function purchasePathFast(params: unknown): { path: string } | undefined {
+  const path = (params as { path?: unknown } | null)?.path;
+  return typeof path === 'string' && PURCHASE_PATH.test(path) ? { path } : undefined;
+}
 
 /** Most shopper ids one allowlist change may name (both lists together). */
 export const ALLOWLIST_CHANGE_MAX = 200_000;

@@ -58,19 +58,30 @@ async function readTarget(c: Context<AppEnv>, target: 'json' | 'param' | 'header
  * `keep`, which puts what later steps need into the context. Reads the target as Hono's
  * validator does and parses synchronously, without the generic validator's copies of every
  * header and its promise per parse; a header schema must be an object of lower-case names.
+ *
+ * `fast`, when given, reads the common well-formed input without zod and returns what the
+ * schema would, or undefined to leave the input to the schema (every refusal, with its message,
+ * is still the schema's). workerd forbids code generation, so zod checks an object field by
+ * field in its interpreter: about 3 µs of an object of three fields, on every purchase.
  */
 export function validInto<T extends z.ZodType, Target extends 'json' | 'param' | 'header'>(
   target: Target,
   schema: T,
   keep: (c: Context<AppEnv>, value: z.output<T>) => void,
+  fast?: (value: unknown) => z.output<T> | undefined,
 ): MiddlewareHandler<AppEnv> {
   return async function validated(c, next) {
-    const result = schema.safeParse(await readTarget(c, target, schema));
-    if (!result.success) {
-      throw invalid(target, result.error.issues);
+    const input = await readTarget(c, target, schema);
+    let value = fast?.(input);
+    if (value === undefined) {
+      const result = schema.safeParse(input);
+      if (!result.success) {
+        throw invalid(target, result.error.issues);
+      }
+      value = result.data;
     }
-    c.req.addValidatedData(target, result.data as object);
-    keep(c, result.data);
+    c.req.addValidatedData(target, value as object);
+    keep(c, value);
     await next();
   };
 }

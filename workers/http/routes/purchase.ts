@@ -7,19 +7,26 @@ import { countEarlyAnswer } from '../../edge/early-answers';
 import {
   checkPurchaseToken,
   KEYED_GRACE_MS,
+  keyedRefusalBeforeBody,
+  keyedRefusalFromCopies,
   purchaseIdOf,
   refusal,
-  refuseFromCopies,
-  refuseKeyedBeforeBody,
-  refuseKeyedFromCopies,
+  refusalFromCopies,
   replayedToRetries,
 } from '../../edge/purchase';
 import { reserve } from '../../edge/reserve-client';
 import { claimedPurchaseExpiry, goodsOfPurchasePath } from '../../edge/signed';
 import { acceptedKeyedOf, markInStock, markSoldOut, rememberKeyedAnswer, soldOutNow } from '../../edge/sold-out';
 import { IdempotencyKey, type ReserveOutcome } from '../../kernel/contract';
-import { AppError, type ErrorCode } from '../../kernel/errors';
-import { IdempotencyHeader, PurchaseBody, PurchasePathParam } from '../../kernel/http-bodies';
+import { AppError } from '../../kernel/errors';
+import {
+  IdempotencyHeader,
+  idempotencyHeaderFast,
+  PurchaseBody,
+  PurchasePathParam,
+  purchaseBodyFast,
+  purchasePathFast,
+} from '../../kernel/http-bodies';
 import { admissionRate } from '../../kernel/limits';
 import { log } from '../../kernel/log';
 import { type AppEnv, waitUntilOf } from '../context';
@@ -67,16 +74,21 @@ import { onError } from '../on-error';
 
 const step = createMiddleware<AppEnv>;
 
-const purchaseBody = validInto('json', PurchaseBody, (c, body) => {
-  // refuseFromPath read the goods the path names: the body must be about that one.
-  const named = c.get('goods');
-  if (named !== undefined && named.id !== body.goodsId) {
-    throw new AppError('TOKEN_INVALID', 'the purchase path is for another goods');
-  }
-  c.set('goodsId', body.goodsId);
-  c.set('purchaseToken', body.token);
-  c.set('quantity', body.quantity);
-});
+const purchaseBody = validInto(
+  'json',
+  PurchaseBody,
+  (c, body) => {
+    // refuseFromPath read the goods the path names: the body must be about that one.
+    const named = c.get('goods');
+    if (named !== undefined && named.id !== body.goodsId) {
+      throw new AppError('TOKEN_INVALID', 'the purchase path is for another goods');
+    }
+    c.set('goodsId', body.goodsId);
+    c.set('purchaseToken', body.token);
+    c.set('quantity', body.quantity);
+  },
+  purchaseBodyFast,
+);
 
 const withinLimit = step(async function withinLimit(c, next) {
   const goods = c.get('goods'),
@@ -87,36 +99,41 @@ const withinLimit = step(async function withinLimit(c, next) {
   await next();
 });
 
-/** The answers the isolate's copies give: each counts toward the client's ban. */
-const EARLY_ANSWERS: ReadonlySet<ErrorCode> = new Set(['NOT_FOUND', 'ENDED', 'NOT_STARTED', 'PAUSED', 'SOLD_OUT']);
-
 /**
- * Runs one of the answers from the isolate's copies; when it refuses, the refusal is counted
- * toward the client's ban (in the isolate, reported in the background) and is the answer,
- * returned here rather than thrown back through every step before this one (a sale's flood is
- * mostly these answers). An outage (no goods list to be had) is not the client's doing: it is
- * thrown, and not counted.
+ * One of the answers from the isolate's copies; when `refusal` gives one (or the goods is
+ * unknown), it counts toward the client's ban (in the isolate, reported in the background) and
+ * is the answer, returned here rather than thrown back through every step before this one (a
+ * sale's flood is mostly these answers). An outage (no goods list to be had) is not the
+ * client's doing: it is thrown, and not counted.
  */
-async function answerFromCopies(c: Context<AppEnv>, ids: string[], refuse: (goods: GoodsRow) => void): Promise<Response | undefined> {
+async function answerFromCopies(
+  c: Context<AppEnv>,
+  ids: string[],
+  refusal: (goods: GoodsRow) => AppError | undefined,
+): Promise<Response | undefined> {
+  let answer: AppError | undefined;
   try {
-    refuse(await goodsOf(c));
-    return undefined;
+    answer = refusal(await goodsOf(c));
   } catch (error) {
-    if (!(error instanceof AppError && EARLY_ANSWERS.has(error.code))) {
+    if (!(error instanceof AppError && error.code === 'NOT_FOUND')) {
       throw error;
     }
-    countEarlyAnswer(c.env, ids, c.get('limits'), waitUntilOf(c));
-    // As app.onError would answer it; requestMetrics reads the outcome from c.error.
-    c.error = error;
-    return onError(error, c);
+    answer = error;
   }
+  if (answer === undefined) {
+    return undefined;
+  }
+  countEarlyAnswer(c.env, ids, c.get('limits'), waitUntilOf(c));
+  // As app.onError would answer it; requestMetrics reads the outcome from c.error.
+  c.error = answer;
+  return onError(answer, c);
 }
 
 /** The answers from the isolate's copies for a request without an Idempotency-Key, about c's goodsId. */
 function refuseUnkeyed(c: Context<AppEnv>): Promise<Response | undefined> {
   // Before sign-in only the address is known (a claimed shopper is not to be counted).
   const ip = c.get('clientIp');
-  return answerFromCopies(c, ip ? [ipKey(ip)] : [], (goods) => refuseFromCopies(goods, Date.now()));
+  return answerFromCopies(c, ip ? [ipKey(ip)] : [], (goods) => refusalFromCopies(goods, Date.now()));
 }
 
 /**
@@ -131,7 +148,7 @@ async function refuseKeyedEarly(c: Context<AppEnv>, key: string): Promise<Respon
   const userId = await signIn(c);
   const requestId = await purchaseIdOf(goodsId, userId, key);
   const ids = clientKeys(c.get('clientIp'), userId, 'purchase', c.get('limits')).map((k) => k.id);
-  return answerFromCopies(c, ids, (goods) => refuseKeyedBeforeBody(goods, requestId, Date.now()));
+  return answerFromCopies(c, ids, (goods) => keyedRefusalBeforeBody(goods, requestId, Date.now()));
 }
 
 // Both check the raw header: a keyed retry may be owed the answer the object gave it before.
@@ -160,9 +177,14 @@ const refuseFromCache = step(async function refuseFromCache(c, next) {
   await next();
 });
 
-const purchasePath = validInto('param', PurchasePathParam, (c, { path }) => c.set('purchasePath', path));
+const purchasePath = validInto('param', PurchasePathParam, (c, { path }) => c.set('purchasePath', path), purchasePathFast);
 
-const idempotencyKey = validInto('header', IdempotencyHeader, (c, headers) => c.set('idempotencyKey', headers['idempotency-key']));
+const idempotencyKey = validInto(
+  'header',
+  IdempotencyHeader,
+  (c, headers) => c.set('idempotencyKey', headers['idempotency-key']),
+  idempotencyHeaderFast,
+);
 
 const purchaseRequest = step(async function purchaseRequest(c, next) {
   c.set('purchaseId', await purchaseIdOf(c.get('goodsId'), c.get('userId'), c.get('idempotencyKey')));
@@ -173,7 +195,7 @@ const refuseKeyed = step(async function refuseKeyed(c, next) {
   if (c.get('idempotencyKey') !== undefined) {
     const keyed = { requestId: c.get('purchaseId'), tokenExpiresAt: claimedPurchaseExpiry(c.get('purchaseToken')) };
     const ids = clientKeys(c.get('clientIp'), c.get('userId'), 'purchase', c.get('limits')).map((k) => k.id);
-    const answer = await answerFromCopies(c, ids, (goods) => refuseKeyedFromCopies(goods, keyed, Date.now()));
+    const answer = await answerFromCopies(c, ids, (goods) => keyedRefusalFromCopies(goods, keyed, Date.now()));
     if (answer) {
       return answer;
     }
