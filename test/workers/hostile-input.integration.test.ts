@@ -70,6 +70,23 @@ describe('named hostile inputs', () => {
     await expectError(await post(buy, JSON.stringify({ goodsId, token: 12345 })), 400, 'INVALID_INPUT');
     await expectError(await post(buy, JSON.stringify({ goodsId, token: 'x'.repeat(5000) })), 400, 'INVALID_INPUT');
     await expectError(await post(buy, JSON.stringify({ goodsId, token: 'x'.repeat(20_000) })), 413, 'PAYLOAD_TOO_LARGE');
+    // Judged by its Content-Length before it is read, and counted as it streams when it has none.
+    const streamed = (bytes: number) => {
+      const chunk = new TextEncoder().encode(`{"goodsId": ${goodsId}, "token": "${'x'.repeat(bytes)}"}`);
+      return new ReadableStream<Uint8Array>({
+        start(controller) {
+          controller.enqueue(chunk);
+          controller.close();
+        },
+      });
+    };
+    await expectError(await post(buy, streamed(20_000)), 413, 'PAYLOAD_TOO_LARGE');
+    await expectError(await post(buy, streamed(5_000)), 400, 'INVALID_INPUT');
+    await expectError(
+      await call(buy, { method: 'POST', headers: { ...bearer(jwt), ...json, 'content-length': '20000' }, body: '{}' }),
+      413,
+      'PAYLOAD_TOO_LARGE',
+    );
     await expectError(
       await call('/admin/limits', { method: 'PUT', headers: { ...ADMIN, ...json }, body: `{"perIpPerSecond": ${'9'.repeat(400)}}` }),
       400,
