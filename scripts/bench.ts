@@ -158,7 +158,8 @@ async function bench(o: BenchOptions) {
     // The floor again: the ratios divide by both runs together, so a machine that sped up or
     // slowed down between the floor and the phases measured against it does not skew them.
     say(`Floor again: GET /api/health for ${o.durationS} s...`);
-    const floorAfter = await phase({ path: '/api/health' });
+    // Profiled too under --profile: a sold-out answer's profile is read beside the floor's.
+    const floorAfter = await profiled('floor', () => phase({ path: '/api/health' }));
     const floor = combinePhases(floorBefore, floorAfter);
 
     say(`Consumer: ${fmt(o.consumerMessages)} orders straight to the order queue...`);

@@ -32,7 +32,7 @@ a redis-server and PostgreSQL answer), the targets, and the invariants afterward
   --no-classic             skip the classic stack (default: run it when a redis-server, at
                            --redis-url, $REDIS_URL or redis://127.0.0.1:6379, and PostgreSQL,
                            at --database-url or postgres://postgres@127.0.0.1:5432/postgres, answer)
-  --profile                CPU-profile the Worker during the purchase, sold-out and shard phases
+  --profile                CPU-profile the Worker during the purchase, sold-out, second floor and shard phases
                            (.cpuprofile files beside the result, top functions in the JSON)
   --verbose                print the Worker's log lines instead of counting them
   --help`;
