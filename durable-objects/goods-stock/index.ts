@@ -25,7 +25,7 @@ import { ReserveStore } from './reserve-store';
 import { quantityOf } from './rules';
 import { goodsFromPostgres, resultView, saleIsOn, stockSnapshot } from './sale';
 import { OUTBOX_KEEPS_UNSETTLED } from './schema';
-import { applySettlements, releaseAndMirror, reportRefused, returnRefusedAndMirror, type SettleCounts } from './settlements';
+import { applySettlements, releaseAndMirror, reportRefused, returnRefusedAndMirror, type SettleCounts, settleInParts } from './settlements';
 import { type Sale, StockStorage } from './storage';
 
 /** The outbox's safety net: if the immediate flush did not empty it, the alarm retries. */
@@ -238,12 +238,12 @@ export class GoodsStock extends DurableObject<Env> {
     return this.leases.giveBack(reclaimId, max);
   }
 
-  /** Records what Postgres made of reservations, in one transaction (settlements.ts). */
+  /** Records what Postgres made of reservations, SETTLE_PART to a transaction (settlements.ts). */
   async settle(settlements: Settlement[]): Promise<SettleCounts> {
-    const sale = this.sale;
-    const { confirmed, released, refused } = this.ctx.storage.transactionSync(() =>
-      applySettlements(this.store, sale, this.mirror, settlements, Date.now()),
+    const { confirmed, released, refused } = await settleInParts(settlements, (part) =>
+      this.ctx.storage.transactionSync(() => applySettlements(this.store, this.sale, this.mirror, part, Date.now())),
     );
+    const sale = this.sale;
     if (refused > 0 && sale) {
       reportRefused(sale, refused);
       scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));

@@ -1,5 +1,6 @@
 import type { FailReason, Settlement } from '../../workers/kernel/contract';
 import { log } from '../../workers/kernel/log';
+import { sleep } from '../../workers/kernel/sleep';
 import { count } from '../../workers/metrics/registry';
 import type { MirrorSync } from '../../workers/mirror/sync';
 import { refuseOne, releaseOne, returnRefused } from './ledger';
@@ -9,6 +10,34 @@ import type { Sale, StockStorage } from './storage';
 // the Redis mirror told of each change (it writes after the commit).
 
 export type SettleCounts = { confirmed: number; released: number; refused: number };
+
+/**
+ * Settlements applied in one transaction at most. A consumer batch settles up to 2,000 orders in
+ * one call, and applying them all at once held the object for 25 ms (on this project's bench
+ * machine), every reservation that arrived meanwhile waiting behind it; in parts of this size,
+ * with the object free for others between them, none waits more than a few ms.
+ */
+export const SETTLE_PART = 250;
+
+/**
+ * Applies `settlements` SETTLE_PART at a time, each part by `applyPart` (its own transaction),
+ * letting the object's other calls run between parts; the counts of all parts. Each part stands
+ * on its own: settling is idempotent, so a call cut off between parts is settled again whole by
+ * its retry.
+ */
+export async function settleInParts(settlements: Settlement[], applyPart: (part: Settlement[]) => SettleCounts): Promise<SettleCounts> {
+  const counts: SettleCounts = { confirmed: 0, released: 0, refused: 0 };
+  for (let at = 0; at < settlements.length; at += SETTLE_PART) {
+    if (at > 0) {
+      await sleep(0);
+    }
+    const part = applyPart(settlements.slice(at, at + SETTLE_PART));
+    counts.confirmed += part.confirmed;
+    counts.released += part.released;
+    counts.refused += part.refused;
+  }
+  return counts;
+}
 
 /**
  * Gives a reservation's units back (cancelled, timed out, or refused by Postgres) and tells the

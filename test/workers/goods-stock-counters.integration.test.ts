@@ -160,6 +160,33 @@ describe('the goods object counts without scanning', () => {
     expect((snapshot?.remaining ?? 0) + (snapshot?.refused ?? 0) + 202).toBe(totalStock);
   });
 
+  it('settles a consumer batch in parts, a reservation that arrives meanwhile taken between them', async () => {
+    const { goodsId, totalStock } = await createGoods({ stock: 1_100 });
+    const stub = stockObject(goodsId);
+    await rebindQueue(goodsId, blackHole);
+    const items = Array.from({ length: 1_000 }, (_, i) => item(goodsId, `part-${i}`));
+    for (let i = 0; i < items.length; i += 100) {
+      expect((await stub.reserveMany(goodsId, items.slice(i, i + 100))).every((o) => o.ok)).toBe(true);
+    }
+    const run = items.map(({ requestId }) => ({ requestId, ok: true as const, orderId: `order-${requestId}` }));
+    const finished: string[] = [];
+    const settling = stub.settle(run).then((counts) => {
+      finished.push('settle');
+      return counts;
+    });
+    const late = stub.reserveMany(goodsId, [item(goodsId, 'part-late')]).then((outcomes) => {
+      finished.push('reservation');
+      return outcomes;
+    });
+    const [counts, outcomes] = await Promise.all([settling, late]);
+    expect(counts).toEqual({ confirmed: 1_000, released: 0, refused: 0 });
+    expect(outcomes.every((o) => o.ok)).toBe(true);
+    // Sent after the settlement, answered before it was through: it did not wait for all 1,000.
+    expect(finished).toEqual(['reservation', 'settle']);
+    expect(await recount(goodsId)).toMatchObject({ queued: 1, confirmed: 1_000 });
+    expect((await stub.snapshot())?.remaining).toBe(totalStock - 1_001);
+  });
+
   it('keeps counts that agree with a full recount after accepts, settles, releases, refusals and rejections', async () => {
     const { goodsId, totalStock } = await createGoods({ stock: 12 });
     const stub = stockObject(goodsId);
