@@ -23,7 +23,8 @@ export const LIFT_GRACE_MS = 5_000;
 
 type Source = { seen: number; at: number };
 type Window = { log: SlidingLog; sources: Map<string, Source> };
-type Entry = { hits: WindowCounter; windows: Map<string, Window>; seen: number };
+/** A client's ban counter and rate windows; the first window held in place, a `Map` only for a second (see guard-book.ts). */
+type Entry = { hits: WindowCounter; seen: number; scope?: string; window?: Window; more?: Map<string, Window> };
 
 /**
  * Splits `limit` among sources in proportion to their demand, by largest remainder, so the
@@ -64,6 +65,24 @@ export function splitLimit(limit: number, demand: ReadonlyMap<string, number>): 
     shares.set(id, Math.max(least, n));
   }
   return shares;
+}
+
+/** The entry's window of `scope`, made on first use. */
+function windowOf(entry: Entry, scope: string): Window {
+  if (entry.window === undefined) {
+    entry.scope = scope;
+    entry.window = { log: new SlidingLog(), sources: new Map() };
+  }
+  if (entry.scope === scope) {
+    return entry.window;
+  }
+  entry.more ??= new Map();
+  let w = entry.more.get(scope);
+  if (!w) {
+    w = { log: new SlidingLog(), sources: new Map() };
+    entry.more.set(scope, w);
+  }
+  return w;
 }
 
 /** The in-memory fleet view of one shard. */
@@ -132,11 +151,7 @@ export class GuardLedger {
   }
 
   private window(entry: Entry, id: string, report: WindowReport, isolate: string, now: number): WindowShare {
-    let w = entry.windows.get(report.scope);
-    if (!w) {
-      w = { log: new SlidingLog(), sources: new Map() };
-      entry.windows.set(report.scope, w);
-    }
+    const w = windowOf(entry, report.scope);
     // A clock ahead of the shard's would keep a window full; an admission is never in the future.
     w.log.addMany(report.admitted.map((t) => Math.min(t, now)));
     w.sources.set(isolate, { seen: Math.max(1, report.seen), at: now });
@@ -156,7 +171,7 @@ export class GuardLedger {
   private entry(id: string, windowMs: number, now: number): Entry {
     let entry = this.entries.get(id);
     if (!entry) {
-      entry = { hits: new WindowCounter(windowMs), windows: new Map(), seen: now };
+      entry = { hits: new WindowCounter(windowMs), seen: now };
       this.entries.set(id, entry);
     }
     entry.seen = now;

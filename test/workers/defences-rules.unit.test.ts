@@ -33,6 +33,34 @@ describe('SlidingLog', () => {
     expect(log.waitMs(T0 + 1000, 1000, 3)).toBe(0);
   });
 
+  it('folds in reported events anywhere in time, as a log of every event sorted would count them', () => {
+    let seed = 7;
+    const random = () => {
+      seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+      return seed / 2 ** 31;
+    };
+    const log = new SlidingLog();
+    const all: number[] = [];
+    let now = T0;
+    for (let step = 0; step < 3_000; step++) {
+      now += Math.floor(random() * 5);
+      if (random() < 0.7) {
+        log.add(now);
+        all.push(now);
+      } else {
+        // Another isolate's events: up to 1.5 s old, out of order, some at the same millisecond.
+        const reported = Array.from({ length: Math.floor(random() * 6) }, () => now - Math.floor(random() * 1_500));
+        log.addMany(reported);
+        all.push(...reported);
+      }
+      const inWindow = all.filter((t) => t > now - 1_000).sort((a, b) => a - b);
+      expect(log.count(now, 1_000)).toBe(inWindow.length);
+      const limit = 1 + Math.floor(random() * 300);
+      const blocking = inWindow[inWindow.length - limit];
+      expect(log.waitMs(now, 1_000, limit)).toBe(inWindow.length < limit ? 0 : Math.max(1, (blocking ?? now) + 1_000 - now));
+    }
+  });
+
   it('applies a lowered limit at once to what it already holds', () => {
     const log = new SlidingLog();
     for (let i = 0; i < 5; i++) {
@@ -133,6 +161,33 @@ describe('GuardBook', () => {
       const v = book.admit([{ id: 'ip:198.51.100.2', scope: 'sale', perSecond: 10 }], { ...policy, threshold: 100 }, bans, T0 + 2 + i);
       expect(v.verdict.ok).toBe(true);
     }
+  });
+});
+
+describe('GuardBook windows per scope', () => {
+  it('keeps a rate window per scope of one client: a full one refuses only its own scope', () => {
+    const book = new GuardBook();
+    const bans = new Map<string, number>();
+    const policy = { threshold: 100, windowMs: 10_000, durationMs: 600_000 };
+    const lenient = policy;
+    const token: AdmitKey = { id: 'user:amy', scope: 'token', perSecond: 2 };
+    const purchase: AdmitKey = { id: 'user:amy', scope: 'purchase', perSecond: 1 };
+    const sale: AdmitKey = { id: 'user:amy', scope: 'sale', perSecond: 3 };
+    expect(book.admit([token], lenient, bans, T0).verdict.ok).toBe(true);
+    expect(book.admit([token], lenient, bans, T0 + 1).verdict.ok).toBe(true);
+    expect(book.admit([token], lenient, bans, T0 + 2).verdict).toMatchObject({ ok: false, reason: 'RATE_LIMITED', retryAfterMs: 998 });
+    expect(book.admit([purchase], lenient, bans, T0 + 3).verdict.ok).toBe(true);
+    expect(book.admit([purchase], lenient, bans, T0 + 4).verdict).toMatchObject({ ok: false, reason: 'RATE_LIMITED', retryAfterMs: 999 });
+    for (let i = 0; i < 3; i++) {
+      expect(book.admit([sale], lenient, bans, T0 + 5 + i).verdict.ok).toBe(true);
+    }
+    expect(book.admit([sale], lenient, bans, T0 + 9).verdict.ok).toBe(false);
+    // A second later every scope has room again, and the ban counter saw all ten requests.
+    expect(book.admit([token], lenient, bans, T0 + 1_001).verdict.ok).toBe(true);
+    expect(book.admit([purchase], lenient, bans, T0 + 1_004).verdict.ok).toBe(true);
+    expect(book.admit([sale], { ...policy, threshold: 11 }, bans, T0 + 1_010).newBans).toEqual([
+      { id: 'user:amy', until: T0 + 1_010 + policy.durationMs },
+    ]);
   });
 });
 

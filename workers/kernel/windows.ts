@@ -38,20 +38,58 @@ export class SlidingLog {
   }
 
   add(now: number): void {
+    if (this.times.length === 0) {
+      // Most logs hold one event (a shopper's one purchase): an array of one, not the 17 slots
+      // a first push reserves.
+      this.times = [now];
+      return;
+    }
     this.times.push(now);
   }
 
-  /** Adds events reported late (another isolate's), keeping the log in time order. */
+  /**
+   * Adds events reported late (another isolate's), keeping the log in time order. They are
+   * recent, so they interleave with the log's newest entries only: those are taken off and
+   * merged back with them, and the rest of the log stays where it is (a hot key's log holds
+   * every event of its window, and each isolate reports several times a second).
+   */
   addMany(times: readonly number[]): void {
     if (times.length === 0) {
       return;
     }
-    const live = this.times.slice(this.head);
-    const last = live[live.length - 1];
     const sorted = [...times].sort((a, b) => a - b);
     const first = sorted[0] ?? 0;
-    this.times = last === undefined || first >= last ? [...live, ...sorted] : [...live, ...sorted].sort((a, b) => a - b);
-    this.head = 0;
+    // The first live entry later than the earliest reported one.
+    let lo = this.head;
+    let hi = this.times.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if ((this.times[mid] ?? 0) <= first) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    const later = this.times.splice(lo);
+    let i = 0;
+    let j = 0;
+    while (i < later.length && j < sorted.length) {
+      const a = later[i] ?? 0;
+      const b = sorted[j] ?? 0;
+      if (a <= b) {
+        this.times.push(a);
+        i++;
+      } else {
+        this.times.push(b);
+        j++;
+      }
+    }
+    for (; i < later.length; i++) {
+      this.times.push(later[i] ?? 0);
+    }
+    for (; j < sorted.length; j++) {
+      this.times.push(sorted[j] ?? 0);
+    }
   }
 
   /** True when nothing within the window remains (the key can be forgotten). */
@@ -67,8 +105,17 @@ export class SlidingLog {
  */
 export class WindowCounter {
   private static readonly BUCKETS = 10;
+  /** A slot no bucket is in (a small integer, as every slot is: see `base`). */
+  private static readonly EMPTY = -(2 ** 30);
   private readonly counts = new Array<number>(WindowCounter.BUCKETS).fill(0);
-  private readonly slots = new Array<number>(WindowCounter.BUCKETS).fill(-1);
+  /**
+   * Each slot's bucket index, less `base` (the first index counted): small integers. Absolute
+   * indices (the time over the bucket width, about 1.8 billion for a 10 s window) are past the
+   * 2^30 that V8 keeps unboxed when it compresses pointers, and would make the array one of
+   * doubles for every client of a crowd.
+   */
+  private readonly slots = new Array<number>(WindowCounter.BUCKETS).fill(WindowCounter.EMPTY);
+  private base: number | undefined;
   private widthMs: number;
 
   constructor(windowMs: number) {
@@ -78,8 +125,8 @@ export class WindowCounter {
   /** Counts `n` events (one by default) at `now` and returns the total within the window. */
   hit(now: number, windowMs: number, n = 1): number {
     this.resize(windowMs);
-    const index = Math.floor(now / this.widthMs);
-    const slot = index % WindowCounter.BUCKETS;
+    const index = this.indexOf(now);
+    const slot = ((index % WindowCounter.BUCKETS) + WindowCounter.BUCKETS) % WindowCounter.BUCKETS;
     if (this.slots[slot] !== index) {
       this.slots[slot] = index;
       this.counts[slot] = 0;
@@ -91,10 +138,10 @@ export class WindowCounter {
   /** Events within the window ending at `now` (whole buckets only). */
   total(now: number, windowMs: number): number {
     this.resize(windowMs);
-    const index = Math.floor(now / this.widthMs);
+    const index = this.indexOf(now);
     let sum = 0;
     for (let i = 0; i < WindowCounter.BUCKETS; i++) {
-      const at = this.slots[i] ?? -1;
+      const at = this.slots[i] ?? WindowCounter.EMPTY;
       if (at > index - WindowCounter.BUCKETS && at <= index) {
         sum += this.counts[i] ?? 0;
       }
@@ -102,12 +149,20 @@ export class WindowCounter {
     return sum;
   }
 
+  /** The bucket of `now`, counted from the first bucket this counter saw. */
+  private indexOf(now: number): number {
+    const absolute = Math.floor(now / this.widthMs);
+    this.base ??= absolute;
+    return absolute - this.base;
+  }
+
   private resize(windowMs: number): void {
     const width = Math.max(1, Math.floor(windowMs / WindowCounter.BUCKETS));
     if (width !== this.widthMs) {
       // The window was changed at runtime: start counting afresh rather than mis-attribute.
       this.widthMs = width;
-      this.slots.fill(-1);
+      this.base = undefined;
+      this.slots.fill(WindowCounter.EMPTY);
       this.counts.fill(0);
     }
   }
