@@ -100,7 +100,7 @@ const withinLimit = step(async function withinLimit(c, next) {
 });
 
 /**
- * One of the answers from the isolate's copies; when `refusal` gives one (or the goods is
+ * One of the answers from the isolate's copies; when `answerOf` gives one (or the goods is
  * unknown), it counts toward the client's ban (in the isolate, reported in the background) and
  * is the answer, returned here rather than thrown back through every step before this one (a
  * sale's flood is mostly these answers). An outage (no goods list to be had) is not the
@@ -109,11 +109,11 @@ const withinLimit = step(async function withinLimit(c, next) {
 async function answerFromCopies(
   c: Context<AppEnv>,
   ids: string[],
-  refusal: (goods: GoodsRow) => AppError | undefined,
+  answerOf: (goods: GoodsRow) => AppError | undefined,
 ): Promise<Response | undefined> {
   let answer: AppError | undefined;
   try {
-    answer = refusal(await goodsOf(c));
+    answer = answerOf(await goodsOf(c));
   } catch (error) {
     if (!(error instanceof AppError && error.code === 'NOT_FOUND')) {
       throw error;
