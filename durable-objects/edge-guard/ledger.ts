@@ -1,5 +1,5 @@
 import type { GuardReply, GuardReport, WindowReport, WindowShare } from '../../workers/kernel/contract';
-import { type NewBan, RATE_WINDOW_MS } from '../../workers/kernel/guard-book';
+import { type NewBan, RATE_WINDOW_MS, type Scoped, scopedValue } from '../../workers/kernel/guard-book';
 import { SlidingLog, WindowCounter } from '../../workers/kernel/windows';
 
 // A guard shard's view of the whole fleet: every isolate decides the limits on its own and
@@ -23,8 +23,8 @@ export const LIFT_GRACE_MS = 5_000;
 
 type Source = { seen: number; at: number };
 type Window = { log: SlidingLog; sources: Map<string, Source> };
-/** A client's ban counter and rate windows; the first window held in place, a `Map` only for a second (see guard-book.ts). */
-type Entry = { hits: WindowCounter; seen: number; scope?: string; window?: Window; more?: Map<string, Window> };
+/** A client's ban counter and rate windows (the first window held in place: guard-book.ts's Scoped). */
+type Entry = Scoped<Window> & { hits: WindowCounter; seen: number };
 
 /**
  * Splits `limit` among sources in proportion to their demand, by largest remainder, so the
@@ -65,24 +65,6 @@ export function splitLimit(limit: number, demand: ReadonlyMap<string, number>): 
     shares.set(id, Math.max(least, n));
   }
   return shares;
-}
-
-/** The entry's window of `scope`, made on first use. */
-function windowOf(entry: Entry, scope: string): Window {
-  if (entry.window === undefined) {
-    entry.scope = scope;
-    entry.window = { log: new SlidingLog(), sources: new Map() };
-  }
-  if (entry.scope === scope) {
-    return entry.window;
-  }
-  entry.more ??= new Map();
-  let w = entry.more.get(scope);
-  if (!w) {
-    w = { log: new SlidingLog(), sources: new Map() };
-    entry.more.set(scope, w);
-  }
-  return w;
 }
 
 /** The in-memory fleet view of one shard. */
@@ -151,7 +133,7 @@ export class GuardLedger {
   }
 
   private window(entry: Entry, id: string, report: WindowReport, isolate: string, now: number): WindowShare {
-    const w = windowOf(entry, report.scope);
+    const w = scopedValue(entry, report.scope, () => ({ log: new SlidingLog(), sources: new Map<string, Source>() }));
     // A clock ahead of the shard's would keep a window full; an admission is never in the future.
     w.log.addMany(report.admitted.map((t) => Math.min(t, now)));
     w.sources.set(isolate, { seen: Math.max(1, report.seen), at: now });

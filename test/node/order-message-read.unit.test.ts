@@ -2,7 +2,8 @@
 // orderPackFast), and leaves everything else to the schemas: what it reads must be exactly what
 // the schemas give, and whatever the schemas refuse it must refuse too.
 import { describe, expect, it } from 'vitest';
-import { OrderMessage, OrderPack, orderMessageFast, orderPackFast, parseOrderQueueMessage } from '../../workers/kernel/contract';
+import { OrderMessage, OrderPack } from '../../workers/kernel/contract';
+import { orderMessageFast, orderPackFast, parseOrderQueueMessage } from '../../workers/kernel/order-messages';
 
 const ORDER: OrderMessage = {
   v: 1,

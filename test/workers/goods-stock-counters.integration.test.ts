@@ -55,6 +55,18 @@ function rowsReadBy<T>(
   });
 }
 
+/** A goods of `stock` units whose object holds `count` accepted reservations, none of them sent on. */
+async function heldReservations(stock: number, count: number, prefix: string) {
+  const { goodsId, totalStock } = await createGoods({ stock });
+  const stub = stockObject(goodsId);
+  await rebindQueue(goodsId, blackHole);
+  const items = Array.from({ length: count }, (_, i) => item(goodsId, `${prefix}-${i}`));
+  for (let i = 0; i < items.length; i += 100) {
+    expect((await stub.reserveMany(goodsId, items.slice(i, i + 100))).every((o) => o.ok)).toBe(true);
+  }
+  return { goodsId, totalStock, stub, items };
+}
+
 async function reserveMany(goodsId: number, users: string[]) {
   const stub = stockObject(goodsId);
   for (let i = 0; i < users.length; i += 100) {
@@ -110,13 +122,7 @@ describe('the goods object counts without scanning', () => {
   });
 
   it('applies a batch of settlements in order, a run of 200 confirmations in two statements', async () => {
-    const { goodsId, totalStock } = await createGoods({ stock: 300 });
-    const stub = stockObject(goodsId);
-    await rebindQueue(goodsId, blackHole);
-    const items = Array.from({ length: 205 }, (_, i) => item(goodsId, `settle-${i}`));
-    for (let i = 0; i < items.length; i += 100) {
-      expect((await stub.reserveMany(goodsId, items.slice(i, i + 100))).every((o) => o.ok)).toBe(true);
-    }
+    const { goodsId, totalStock, stub, items } = await heldReservations(300, 205, 'settle');
     const ids = items.map((i) => i.requestId);
     const [a, b, c, d, e] = ids.slice(200) as [string, string, string, string, string];
     const run = ids.slice(0, 200).map((requestId) => ({ requestId, ok: true as const, orderId: `order-${requestId}` }));
@@ -161,13 +167,7 @@ describe('the goods object counts without scanning', () => {
   });
 
   it('settles a consumer batch in parts, a reservation that arrives meanwhile taken between them', async () => {
-    const { goodsId, totalStock } = await createGoods({ stock: 1_100 });
-    const stub = stockObject(goodsId);
-    await rebindQueue(goodsId, blackHole);
-    const items = Array.from({ length: 1_000 }, (_, i) => item(goodsId, `part-${i}`));
-    for (let i = 0; i < items.length; i += 100) {
-      expect((await stub.reserveMany(goodsId, items.slice(i, i + 100))).every((o) => o.ok)).toBe(true);
-    }
+    const { goodsId, totalStock, stub, items } = await heldReservations(1_100, 1_000, 'part');
     const run = items.map(({ requestId }) => ({ requestId, ok: true as const, orderId: `order-${requestId}` }));
     const late = item(goodsId, 'part-late');
     await runInDurableObject(stub, async (instance: GoodsStock) => {

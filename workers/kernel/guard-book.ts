@@ -15,11 +15,32 @@ export type RemoteWindow = (key: AdmitKey, now: number) => { perSecond: number; 
 export const RATE_WINDOW_MS = 1_000;
 
 /**
- * One client's ban counter and rate logs. A flash crowd is mostly shoppers with one rate window
- * each, kept for the ban window: the first window is held in place, a `Map` made only for a
- * second (it cost about 120 bytes a client, of some 700).
+ * A client's values per scope (its rate windows), the first held in place and a `Map` made only
+ * for a second: a flash crowd is mostly shoppers with one window each, kept for the ban window,
+ * and a `Map` of their own cost about 120 bytes a client, of some 700.
  */
-type Entry = { hits: WindowCounter; seen: number; scope?: string; log?: SlidingLog; more?: Map<string, SlidingLog> };
+export type Scoped<T> = { scope?: string; first?: T; more?: Map<string, T> };
+
+/** The value of `scope` in `holder`, made by `make` on first use. */
+export function scopedValue<T>(holder: Scoped<T>, scope: string, make: () => T): T {
+  if (holder.first === undefined) {
+    holder.scope = scope;
+    holder.first = make();
+  }
+  if (holder.scope === scope) {
+    return holder.first;
+  }
+  holder.more ??= new Map();
+  let value = holder.more.get(scope);
+  if (value === undefined) {
+    value = make();
+    holder.more.set(scope, value);
+  }
+  return value;
+}
+
+/** One client's ban counter and rate logs. */
+type Entry = Scoped<SlidingLog> & { hits: WindowCounter; seen: number };
 
 /** Forget idle clients every so often; with many clients, sooner. */
 const SWEEP_EVERY_MS = 10_000;
@@ -119,21 +140,7 @@ export class GuardBook {
   }
 
   private log(key: AdmitKey, now: number): SlidingLog {
-    const entry = this.entry(key.id, now);
-    if (entry.log === undefined) {
-      entry.scope = key.scope;
-      entry.log = new SlidingLog();
-    }
-    if (entry.scope === key.scope) {
-      return entry.log;
-    }
-    entry.more ??= new Map();
-    let log = entry.more.get(key.scope);
-    if (!log) {
-      log = new SlidingLog();
-      entry.more.set(key.scope, log);
-    }
-    return log;
+    return scopedValue(this.entry(key.id, now), key.scope, () => new SlidingLog());
   }
 
   private sweep(now: number): void {

@@ -33,10 +33,14 @@ const encoder = new TextEncoder();
 const headers = new Map<string, boolean>();
 const HEADERS_MAX = 64;
 
+/** A segment's bytes; padding is not part of a JWT, but hono tolerates it, so this does too. */
+function segmentBytes(segment: string): Uint8Array | undefined {
+  return fromBase64Url(segment.endsWith('=') ? segment.replace(/={1,2}$/, '') : segment);
+}
+
 /** The parts of a JWT segment's JSON, or undefined when it is not base64url of a JSON object. */
 function segmentJson(segment: string): Record<string, unknown> | undefined {
-  // Padding is not part of a JWT, but hono tolerates it: so do we.
-  const bytes = fromBase64Url(segment.endsWith('=') ? segment.replace(/={1,2}$/, '') : segment);
+  const bytes = segmentBytes(segment);
   if (bytes === undefined) {
     return undefined;
   }
@@ -119,8 +123,7 @@ export async function verifyHs256(token: string, key: CryptoKey, expect: JwtExpe
     throw new JwtInvalid('the token payload is not a JSON object');
   }
   checkClaims(payload, expect, Math.floor(now / 1000));
-  const encoded = token.slice(last + 1);
-  const signature = fromBase64Url(encoded.endsWith('=') ? encoded.replace(/={1,2}$/, '') : encoded);
+  const signature = segmentBytes(token.slice(last + 1));
   if (signature === undefined || !(await crypto.subtle.verify('HMAC', key, signature, encoder.encode(token.slice(0, last))))) {
     throw new JwtInvalid('the token signature does not match');
   }

@@ -6,16 +6,10 @@ import { placementOf } from '../edge/placements';
 import { enqueueDeliveries } from '../edge/webhooks';
 import { backoffSeconds, queueDelay } from '../kernel/backoff';
 import { type Config, getConfig } from '../kernel/config';
-import {
-  type GoodsPlacement,
-  type OrderMessage,
-  PACK_ORDERS_MAX,
-  parseOrderQueueMessage,
-  type Settlement,
-  type TimeoutPack,
-} from '../kernel/contract';
+import { type GoodsPlacement, type OrderMessage, PACK_ORDERS_MAX, type Settlement, type TimeoutPack } from '../kernel/contract';
 import { deliverTwiceIfAsked, failAfterWriteIfAsked, holdWhilePausedIfAsked } from '../kernel/dev-faults';
 import { log } from '../kernel/log';
+import { parseOrderQueueMessage } from '../kernel/order-messages';
 import { shardOfOrderId } from '../kernel/shards';
 import { flushMetrics } from '../metrics/flush';
 import { observeQueueLag } from '../metrics/queue';
