@@ -127,19 +127,31 @@ async function sendReport(env: Env): Promise<void> {
   }
 }
 
+/**
+ * Sends each shard's batch and folds its answer in. The calls go one per turn of the event loop:
+ * a call's arguments are serialised when it is made, and a busy isolate's round (a thousand keys
+ * and more) made at once held the isolate for 10-17 ms, every shopper's request waiting behind it.
+ */
 async function send(env: Env, batches: [string, KeyReport[]][], used: BanPolicy): Promise<void> {
-  await Promise.all(
-    batches.map(async ([shard, batch]) => {
-      const sentAt = Date.now();
-      try {
-        const reply = await guardShardByName(env, shard).account({ isolate: limiter.isolate, policy: used, keys: batch });
-        limiter.applyReply(reply, Date.now(), sentAt);
-      } catch (error) {
-        // Accounting only: this isolate's own windows still hold; the fleet's view is a round late.
-        log.warn('guard.report_failed', { shard, keys: batch.length, error });
-      }
-    }),
-  );
+  const calls: Promise<void>[] = [];
+  for (const [i, [shard, batch]] of batches.entries()) {
+    if (i > 0) {
+      await sleep(0);
+    }
+    calls.push(sendBatch(env, shard, batch, used));
+  }
+  await Promise.all(calls);
+}
+
+async function sendBatch(env: Env, shard: string, batch: KeyReport[], used: BanPolicy): Promise<void> {
+  const sentAt = Date.now();
+  try {
+    const reply = await guardShardByName(env, shard).account({ isolate: limiter.isolate, policy: used, keys: batch });
+    limiter.applyReply(reply, Date.now(), sentAt);
+  } catch (error) {
+    // Accounting only: this isolate's own windows still hold; the fleet's view is a round late.
+    log.warn('guard.report_failed', { shard, keys: batch.length, error });
+  }
 }
 
 /**
@@ -156,5 +168,6 @@ export async function spreadBans(env: Env, bans: readonly NewBan[], used: BanPol
     const shard = guardShardName(b.id);
     byShard.set(shard, [...(byShard.get(shard) ?? []), { id: b.id, hits: 0, windows: [], bannedUntil: b.until }]);
   }
-  await send(env, [...byShard], used);
+  // A ban or two: sent at once, the refused request waits on it.
+  await Promise.all([...byShard].map(([shard, batch]) => sendBatch(env, shard, batch, used)));
 }

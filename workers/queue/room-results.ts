@@ -2,6 +2,7 @@ import type { WriteResult } from '../../db/orders';
 import { roomShard, roomShardOf } from '../../durable-objects/routing';
 import type { GoodsPlacement, OrderMessage } from '../kernel/contract';
 import { log } from '../kernel/log';
+import { sleep } from '../kernel/sleep';
 import type { ShopperResult } from '../kernel/waiting-room';
 
 /**
@@ -28,11 +29,19 @@ export async function tellShoppers(env: Env, goods: GoodsPlacement, orders: Orde
     );
     byShard.set(shard, list);
   }
-  await Promise.all(
-    [...byShard].map(([shard, list]) =>
+  // One call per turn of the event loop: a call's list is serialised when it is made, and a
+  // batch of 2,000 results told at once held the isolate (and, on one machine, the purchases
+  // beside it) for over 10 ms.
+  const calls: Promise<unknown>[] = [];
+  for (const [shard, list] of byShard) {
+    if (calls.length > 0) {
+      await sleep(0);
+    }
+    calls.push(
       roomShard(env, goods, shard)
         .results(list)
         .catch((error: unknown) => log.warn('room.results_failed', { goodsId: goods.id, shard, results: list.length, error })),
-    ),
-  );
+    );
+  }
+  await Promise.all(calls);
 }
