@@ -1,5 +1,5 @@
 import type { GuardReply, GuardReport, WindowReport, WindowShare } from '../../workers/kernel/contract';
-import { type NewBan, RATE_WINDOW_MS, type Scoped, scopedValue } from '../../workers/kernel/guard-book';
+import { dropScoped, type NewBan, RATE_WINDOW_MS, type Scoped, scopedEntries, scopedValue } from '../../workers/kernel/guard-book';
 import { SlidingLog, WindowCounter } from '../../workers/kernel/windows';
 
 // A guard shard's view of the whole fleet: every isolate decides the limits on its own and
@@ -22,7 +22,8 @@ const SWEEP_ABOVE_ENTRIES = 50_000;
 export const LIFT_GRACE_MS = 5_000;
 
 type Source = { seen: number; at: number };
-type Window = { log: SlidingLog; sources: Map<string, Source> };
+/** A window's reporting isolates, the first held in place (most clients are seen by one). */
+type Window = { log: SlidingLog; sources: Scoped<Source> };
 /** A client's ban counter and rate windows (the first window held in place: guard-book.ts's Scoped). */
 type Entry = Scoped<Window> & { hits: WindowCounter; seen: number };
 
@@ -133,16 +134,18 @@ export class GuardLedger {
   }
 
   private window(entry: Entry, id: string, report: WindowReport, isolate: string, now: number): WindowShare {
-    const w = scopedValue(entry, report.scope, () => ({ log: new SlidingLog(), sources: new Map<string, Source>() }));
+    const w = scopedValue(entry, report.scope, (): Window => ({ log: new SlidingLog(), sources: {} }));
     // A clock ahead of the shard's would keep a window full; an admission is never in the future.
     w.log.addMany(report.admitted.map((t) => Math.min(t, now)));
-    w.sources.set(isolate, { seen: Math.max(1, report.seen), at: now });
+    const source = scopedValue(w.sources, isolate, (): Source => ({ seen: 0, at: 0 }));
+    source.seen = Math.max(1, report.seen);
+    source.at = now;
     const demand = new Map<string, number>();
-    for (const [source, s] of w.sources) {
+    for (const [from, s] of scopedEntries(w.sources)) {
       if (now - s.at > SOURCE_TTL_MS) {
-        w.sources.delete(source);
+        dropScoped(w.sources, from);
       } else {
-        demand.set(source, s.seen);
+        demand.set(from, s.seen);
       }
     }
     const share = splitLimit(report.perSecond, demand).get(isolate) ?? report.perSecond;

@@ -204,3 +204,29 @@ describe('bans across isolates', () => {
     expect(a.knownBan([key.id], after + 201)).toBeDefined();
   });
 });
+
+describe('a key’s shares as isolates come and go', () => {
+  const report = (isolate: string, seen: number): GuardReport => ({
+    isolate,
+    policy: NO_BANS,
+    keys: [{ id: KEY.id, hits: 0, windows: [{ scope: 'sale', perSecond: 12, seen, admitted: [] }] }],
+  });
+  const share = (ledger: GuardLedger, isolate: string, seen: number, now: number) =>
+    ledger.account(report(isolate, seen), new Map(), now).reply.shares[0]?.perSecond;
+
+  it('splits the limit among the isolates reporting it, and gives the whole back as they stop', () => {
+    const ledger = new GuardLedger();
+    const t = 1_700_000_000_000;
+    expect(share(ledger, 'a', 10, t)).toBe(12);
+    expect(share(ledger, 'b', 10, t + 100)).toBe(6);
+    expect(share(ledger, 'c', 20, t + 200)).toBe(6);
+    expect(share(ledger, 'b', 10, t + 1_500)).toBe(3);
+    expect(share(ledger, 'c', 20, t + 1_600)).toBe(6);
+    // The first to report (held in place) has gone quiet for over 2 s: b and c split it; then c alone.
+    expect(share(ledger, 'b', 10, t + 2_150)).toBe(4);
+    expect(share(ledger, 'c', 20, t + 2_200)).toBe(8);
+    expect(share(ledger, 'c', 20, t + 4_300)).toBe(12);
+    // And a newcomer shares with c again.
+    expect(share(ledger, 'a', 20, t + 4_400)).toBe(6);
+  });
+});

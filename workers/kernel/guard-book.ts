@@ -39,6 +39,28 @@ export function scopedValue<T>(holder: Scoped<T>, scope: string, make: () => T):
   return value;
 }
 
+/** Every scope's value in `holder`, the first first. */
+export function scopedEntries<T>(holder: Scoped<T>): [string, T][] {
+  const entries: [string, T][] = holder.scope !== undefined && holder.first !== undefined ? [[holder.scope, holder.first]] : [];
+  return holder.more ? [...entries, ...holder.more] : entries;
+}
+
+/** Drops `scope`'s value from `holder`; a value from `more` takes the first place when it is the one dropped. */
+export function dropScoped<T>(holder: Scoped<T>, scope: string): void {
+  if (holder.scope !== scope) {
+    holder.more?.delete(scope);
+    return;
+  }
+  const next = holder.more?.entries().next();
+  if (next && !next.done) {
+    [holder.scope, holder.first] = next.value;
+    holder.more?.delete(next.value[0]);
+  } else {
+    holder.scope = undefined;
+    holder.first = undefined;
+  }
+}
+
 /** One client's ban counter and rate logs. */
 type Entry = Scoped<SlidingLog> & { hits: WindowCounter; seen: number };
 

@@ -58,6 +58,13 @@ export class SlidingLog {
       return;
     }
     const sorted = [...times].sort((a, b) => a - b);
+    if (this.head === this.times.length) {
+      // Nothing live here (a shopper's first report): the reported events are the log, in an
+      // array of their own size rather than the 17 slots a first push reserves.
+      this.times = sorted;
+      this.head = 0;
+      return;
+    }
     const first = sorted[0] ?? 0;
     // The first live entry later than the earliest reported one.
     let lo = this.head;
@@ -102,19 +109,28 @@ export class SlidingLog {
  * Events in a sliding window, counted in ten buckets. It counts only whole buckets inside the
  * window, so it may miss up to a tenth of the window's oldest events but never counts one
  * from outside it: a ban decided on it is never undeserved.
+ *
+ * While a counter's events all fall in one bucket, as a flash crowd's shoppers' do (one purchase
+ * each, kept for the ban window by the isolate and by a guard shard), it holds that bucket in
+ * two fields and makes its arrays only for a second bucket: about 40 bytes a client instead of
+ * 170, and the crowd's survivors are what each garbage collection has to copy.
  */
 export class WindowCounter {
   private static readonly BUCKETS = 10;
   /** A slot no bucket is in (a small integer, as every slot is: see `base`). */
   private static readonly EMPTY = -(2 ** 30);
-  private readonly counts = new Array<number>(WindowCounter.BUCKETS).fill(0);
+  /** The one bucket counted while there is only one (EMPTY: none yet), and its count. */
+  private onlyIndex = WindowCounter.EMPTY;
+  private onlyCount = 0;
+  /** Per slot, its count and its bucket index; made for a second bucket. */
+  private counts: number[] | undefined;
   /**
    * Each slot's bucket index, less `base` (the first index counted): small integers. Absolute
    * indices (the time over the bucket width, about 1.8 billion for a 10 s window) are past the
    * 2^30 that V8 keeps unboxed when it compresses pointers, and would make the array one of
    * doubles for every client of a crowd.
    */
-  private readonly slots = new Array<number>(WindowCounter.BUCKETS).fill(WindowCounter.EMPTY);
+  private slots: number[] | undefined;
   private base: number | undefined;
   private widthMs: number;
 
@@ -126,7 +142,21 @@ export class WindowCounter {
   hit(now: number, windowMs: number, n = 1): number {
     this.resize(windowMs);
     const index = this.indexOf(now);
-    const slot = ((index % WindowCounter.BUCKETS) + WindowCounter.BUCKETS) % WindowCounter.BUCKETS;
+    if (this.slots === undefined || this.counts === undefined) {
+      const only = this.onlyIndex;
+      if (only === WindowCounter.EMPTY || only === index || index - only >= WindowCounter.BUCKETS) {
+        // The first bucket, the same one, or one whose events have all left the window.
+        this.onlyCount = only === index ? this.onlyCount + n : n;
+        this.onlyIndex = index;
+        return this.total(now, windowMs);
+      }
+      this.slots = new Array<number>(WindowCounter.BUCKETS).fill(WindowCounter.EMPTY);
+      this.counts = new Array<number>(WindowCounter.BUCKETS).fill(0);
+      const slot = WindowCounter.slotOf(only);
+      this.slots[slot] = only;
+      this.counts[slot] = this.onlyCount;
+    }
+    const slot = WindowCounter.slotOf(index);
     if (this.slots[slot] !== index) {
       this.slots[slot] = index;
       this.counts[slot] = 0;
@@ -139,14 +169,25 @@ export class WindowCounter {
   total(now: number, windowMs: number): number {
     this.resize(windowMs);
     const index = this.indexOf(now);
+    if (this.slots === undefined || this.counts === undefined) {
+      return this.onlyIndex !== WindowCounter.EMPTY && WindowCounter.within(this.onlyIndex, index) ? this.onlyCount : 0;
+    }
     let sum = 0;
     for (let i = 0; i < WindowCounter.BUCKETS; i++) {
-      const at = this.slots[i] ?? WindowCounter.EMPTY;
-      if (at > index - WindowCounter.BUCKETS && at <= index) {
+      if (WindowCounter.within(this.slots[i] ?? WindowCounter.EMPTY, index)) {
         sum += this.counts[i] ?? 0;
       }
     }
     return sum;
+  }
+
+  /** Whether bucket `at` is inside the window that ends with bucket `index`. */
+  private static within(at: number, index: number): boolean {
+    return at > index - WindowCounter.BUCKETS && at <= index;
+  }
+
+  private static slotOf(index: number): number {
+    return ((index % WindowCounter.BUCKETS) + WindowCounter.BUCKETS) % WindowCounter.BUCKETS;
   }
 
   /** The bucket of `now`, counted from the first bucket this counter saw. */
@@ -162,8 +203,10 @@ export class WindowCounter {
       // The window was changed at runtime: start counting afresh rather than mis-attribute.
       this.widthMs = width;
       this.base = undefined;
-      this.slots.fill(WindowCounter.EMPTY);
-      this.counts.fill(0);
+      this.onlyIndex = WindowCounter.EMPTY;
+      this.onlyCount = 0;
+      this.slots = undefined;
+      this.counts = undefined;
     }
   }
 }
