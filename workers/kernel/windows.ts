@@ -112,8 +112,8 @@ export class SlidingLog {
  *
  * While a counter's events all fall in one bucket, as a flash crowd's shoppers' do (one purchase
  * each, kept for the ban window by the isolate and by a guard shard), it holds that bucket in
- * two fields and makes its arrays only for a second bucket: about 40 bytes a client instead of
- * 170, and the crowd's survivors are what each garbage collection has to copy.
+ * two fields and makes its arrays only for a second bucket (in Node, 72 bytes a counter instead of
+ * 312), and the crowd's survivors are what each garbage collection has to copy.
  */
 export class WindowCounter {
   private static readonly BUCKETS = 10;
