@@ -55,6 +55,7 @@ type Result = {
   shards: { shardsAsked: number; shardsReported: number; soldAll: boolean; accepted: number };
   queue: { shoppers: number; joined: number; admitted: number; accepted: number; liveMessages: number; timedOut: number };
   classic: { skipped: string } | (Phase & { accepted: number; invariants: { ok: boolean } });
+  profile: Record<string, { busyPct: number; allocatedKbPerRequest: number | null }>;
 };
 
 describe('npm run bench', () => {
@@ -70,7 +71,7 @@ describe('npm run bench', () => {
     out = await mkdtemp(join(tmpdir(), 'edge-seckill-bench-'));
     const args = [
       ...['--duration', '2', '--warmup', '1', '--connections', '20', '--consumer-messages', '500'],
-      ...['--queue-shoppers', '60', '--admit-per-second', '100', '--out', out, '--json'],
+      ...['--queue-shoppers', '60', '--admit-per-second', '100', '--out', out, '--json', '--profile'],
     ];
     if (process.env.TEST_DATABASE_URL) {
       args.push('--database-url', process.env.TEST_DATABASE_URL);
@@ -165,5 +166,17 @@ describe('npm run bench', () => {
       expect(latest.classic.accepted).toBeGreaterThan(0);
       expect(latest.classic.invariants.ok).toBe(true);
     }
+
+    // --profile: each profiled phase's CPU and heap profiles beside the other files, and what it
+    // allocated a request. A purchase (token, JWT, body, object call, order) allocates more than a sold-out
+    // answer, and that more than the health route.
+    expect(files.filter((f) => f.endsWith('.cpuprofile')).sort()).toEqual(
+      ['floor', 'purchase', 'shards', 'soldOut'].map((name) => expect.stringMatching(new RegExp(`\\.${name}\\.cpuprofile$`))),
+    );
+    expect(files.filter((f) => f.endsWith('.heapprofile'))).toHaveLength(4);
+    const allocated = (name: string) => latest.profile[name]?.allocatedKbPerRequest ?? 0;
+    expect(allocated('floor')).toBeGreaterThan(0);
+    expect(allocated('soldOut')).toBeGreaterThan(allocated('floor'));
+    expect(allocated('purchase')).toBeGreaterThan(allocated('soldOut'));
   });
 });

@@ -14,7 +14,32 @@ export type CpuProfile = {
 };
 export type ProfileEntry = { fn: string; ms: number; pct: number };
 export type ProfileSummary = { sampledMs: number; busyPct: number; self: ProfileEntry[]; inclusive: ProfileEntry[] };
-export type Profiler = { start(): Promise<unknown>; stop(): Promise<CpuProfile>; close(): void };
+export type Profiler = {
+  start(): Promise<unknown>;
+  stop(): Promise<CpuProfile>;
+  /** Starts V8's sampling heap profiler, counting what the collections took too. */
+  startAllocations(): Promise<unknown>;
+  /** Stops it: the bytes the isolate allocated since startAllocations (V8's estimate from its samples), and the profile. */
+  stopAllocations(): Promise<{ bytes: number; profile: HeapProfile }>;
+  close(): void;
+};
+
+/** The sampling heap profiler's tree, as far as the sum reads it. */
+type HeapNode = { selfSize: number; children?: HeapNode[] };
+/** V8's sampling heap profile (HeapProfiler.stopSampling); saved as .heapprofile, which DevTools opens. */
+export type HeapProfile = { head: HeapNode };
+
+/** Bytes in a sampling heap profile's tree: each node's selfSize is V8's estimate for its site. */
+function heapBytes(node: HeapNode): number {
+  let bytes = node.selfSize;
+  for (const child of node.children ?? []) {
+    bytes += heapBytes(child);
+  }
+  return bytes;
+}
+
+/** One sample per this many bytes allocated, on average (V8's default). */
+const HEAP_SAMPLING_INTERVAL_BYTES = 32 * 1024;
 
 /** An inspector protocol message: a reply to one of ours (`id`), or an event. */
 type InspectorMessage = { id?: number; result?: unknown; error?: { message: string } };
@@ -61,6 +86,16 @@ export async function connectProfiler(port: number): Promise<Profiler> {
       // Profiler.stop answers { profile }.
       const { profile } = (await send('Profiler.stop')) as { profile: CpuProfile };
       return profile;
+    },
+    startAllocations: () =>
+      send('HeapProfiler.startSampling', {
+        samplingInterval: HEAP_SAMPLING_INTERVAL_BYTES,
+        includeObjectsCollectedByMajorGC: true,
+        includeObjectsCollectedByMinorGC: true,
+      }),
+    async stopAllocations() {
+      const { profile } = (await send('HeapProfiler.stopSampling')) as { profile: HeapProfile };
+      return { bytes: heapBytes(profile.head), profile };
     },
     close: () => ws.close(),
   };

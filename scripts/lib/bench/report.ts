@@ -9,7 +9,7 @@ import { fmt, formatOutcomes, round, table } from '../load/metrics.ts';
 import type { PhaseResult } from './cannon.ts';
 import type { batchSummary, ConsumerRun, combineInsertFloors } from './consumer.ts';
 import type { BenchInvariants } from './invariants.ts';
-import type { CpuProfile, ProfileSummary } from './profile.ts';
+import type { CpuProfile, HeapProfile, ProfileSummary } from './profile.ts';
 import { formatExtras } from './report-extras.ts';
 import type { QueuePhase } from './room.ts';
 import type { Target, TargetInputs } from './targets.ts';
@@ -45,7 +45,7 @@ export type BenchResult = Environment &
     };
     invariants: BenchInvariants;
     workerEvents: Record<string, number>;
-    profile?: Record<string, ProfileSummary>;
+    profile?: Record<string, ProfileSummary & { allocatedKbPerRequest: number | null }>;
     targets: Target[];
   };
 
@@ -94,11 +94,12 @@ export function withRatios<
   };
 }
 
-/** Writes `<out>/<time>.json`, `<out>/latest.json` and any CPU profiles; returns the paths. */
+/** Writes `<out>/<time>.json`, `<out>/latest.json` and any CPU and heap profiles; returns the paths. */
 export async function saveResult(
   out: string,
   result: { startedAt: string },
   profiles: Record<string, CpuProfile> = {},
+  heapProfiles: Record<string, HeapProfile> = {},
 ): Promise<{ file: string; latest: string }> {
   await mkdir(out, { recursive: true });
   const stamp = result.startedAt.replace(/[:.]/g, '-');
@@ -107,6 +108,9 @@ export async function saveResult(
   await writeFile(file, text);
   for (const [name, profile] of Object.entries(profiles)) {
     await writeFile(join(out, `${stamp}.${name}.cpuprofile`), JSON.stringify(profile));
+  }
+  for (const [name, profile] of Object.entries(heapProfiles)) {
+    await writeFile(join(out, `${stamp}.${name}.heapprofile`), JSON.stringify(profile));
   }
   const latest = join(out, 'latest.json');
   await writeFile(latest, text);
@@ -200,7 +204,8 @@ export function formatBench(r: BenchResult): string {
   }
   for (const [name, p] of Object.entries(r.profile ?? {})) {
     lines.push('');
-    lines.push(`CPU profile of the ${name} phase: isolate busy ${p.busyPct}% of ${fmt(p.sampledMs)} ms sampled`);
+    const allocated = p.allocatedKbPerRequest !== null ? `; ${fmt(p.allocatedKbPerRequest, 1)} KB allocated a request` : '';
+    lines.push(`CPU profile of the ${name} phase: isolate busy ${p.busyPct}% of ${fmt(p.sampledMs)} ms sampled${allocated}`);
     lines.push(
       table([
         ['self', 'ms', '%', 'inclusive', 'ms', '%'],
