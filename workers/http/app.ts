@@ -2,11 +2,9 @@ import { Hono } from 'hono';
 import { RegExpRouter } from 'hono/router/reg-exp-router';
 import type { AppEnv } from './context';
 import { limitBody } from './middleware/body-limit';
-import { clientAddress } from './middleware/client-address';
 import { requestContext } from './middleware/context';
-import { loadLimits } from './middleware/limits';
 import { requestMetrics } from './middleware/metrics';
-import { ipShield } from './middleware/shield';
+import { shopperFront } from './middleware/shopper-front';
 import { notFound, onError } from './on-error';
 import { adminDeadLetters } from './routes/admin-dead-letters';
 import { admin } from './routes/admin-goods';
@@ -26,11 +24,11 @@ import { result } from './routes/result';
 
 /**
  * The shopper API under /api/seckill: every route first meets the client's address, the runtime
- * limits and the shield. The order routes and the sandbox checkout meet the same, in their own
+ * limits and the shield (shopperFront). The order routes and the sandbox checkout meet the same, in their own
  * modules; the payment provider's webhook does not (it is the provider calling, signed).
  */
 const shopper = new Hono<AppEnv>()
-  .use(clientAddress, loadLimits, ipShield)
+  .use(shopperFront)
   .route('/', goods)
   .route('/', challengeToken)
   .route('/', purchase)

@@ -11,9 +11,9 @@ export type AppEnv = {
     /** This HTTP request's trace id (cf-ray, or random): the `requestId` of error bodies and log lines (requestContext). */
     traceId: string;
     config: Config;
-    /** The client address from `cf-connecting-ip` (shopper routes: clientAddress). */
+    /** The client address from `cf-connecting-ip` (shopper routes: shopperFront). */
     clientIp: string | undefined;
-    /** The runtime limits, read once per request (shopper routes: loadLimits). */
+    /** The runtime limits, read once per request (shopper routes: shopperFront). */
     limits: Limits;
     /** The signed-in shopper (shopperAuth). */
     userId: string;

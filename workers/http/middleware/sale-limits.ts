@@ -1,3 +1,4 @@
+import type { Context } from 'hono';
 import { createMiddleware } from 'hono/factory';
 import { admitClient, type ClientAction, clientKeys } from '../../edge/client-guard';
 import { type AppEnv, waitUntilOf } from '../context';
@@ -10,8 +11,13 @@ import { type AppEnv, waitUntilOf } from '../context';
  */
 export function saleLimits(action: ClientAction) {
   return createMiddleware<AppEnv>(async function saleLimits(c, next) {
-    const limits = c.get('limits');
-    await admitClient(c.env, clientKeys(c.get('clientIp'), c.get('userId'), action, limits), limits, waitUntilOf(c));
+    await admitSale(c, action);
     await next();
   });
+}
+
+/** saleLimits' check, for a route that runs its steps itself. */
+export function admitSale(c: Context<AppEnv>, action: ClientAction): Promise<void> {
+  const limits = c.get('limits');
+  return admitClient(c.env, clientKeys(c.get('clientIp'), c.get('userId'), action, limits), limits, waitUntilOf(c));
 }

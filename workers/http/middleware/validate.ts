@@ -23,41 +23,71 @@ export function valid<T extends z.ZodType, Target extends keyof ValidationTarget
 /** Media types Hono's validator reads as JSON. */
 const JSON_MEDIA = /^application\/([\w.-]+\+)?json$/i;
 
-/** What a target holds, read as Hono's validator reads it; only the schema's own headers. */
-async function readTarget(c: Context<AppEnv>, target: 'json' | 'param' | 'header', schema: z.ZodType): Promise<unknown> {
-  switch (target) {
-    case 'json': {
-      const mediaType = (c.req.header('content-type') ?? '').split(';')[0]?.trim().toLowerCase() ?? '';
-      if (!JSON_MEDIA.test(mediaType)) {
-        return {};
-      }
-      try {
-        return await c.req.json();
-      } catch {
-        throw new HTTPException(400, { message: 'Malformed JSON in request body' });
-      }
-    }
-    case 'param':
-      return c.req.param();
-    case 'header': {
-      // Every header of the request would be copied; the schema names the few it reads.
-      const headers: Record<string, string> = {};
-      for (const name of Object.keys((schema as unknown as { shape: Record<string, unknown> }).shape)) {
-        const value = c.req.header(name);
-        if (value !== undefined) {
-          headers[name] = value;
-        }
-      }
-      return headers;
-    }
+/** A JSON body, read as Hono's validator reads it (an object only for a JSON media type). */
+async function readJson(c: Context<AppEnv>): Promise<unknown> {
+  const mediaType = (c.req.header('content-type') ?? '').split(';')[0]?.trim().toLowerCase() ?? '';
+  if (!JSON_MEDIA.test(mediaType)) {
+    return {};
+  }
+  try {
+    return await c.req.json();
+  } catch {
+    throw new HTTPException(400, { message: 'Malformed JSON in request body' });
   }
 }
 
+/** A path's params, or the schema's own headers (every header of the request would be copied; the schema names the few it reads). */
+function readNow(c: Context<AppEnv>, target: 'param' | 'header', schema: z.ZodType): unknown {
+  if (target === 'param') {
+    return c.req.param();
+  }
+  const headers: Record<string, string> = {};
+  for (const name of Object.keys((schema as unknown as { shape: Record<string, unknown> }).shape)) {
+    const value = c.req.header(name);
+    if (value !== undefined) {
+      headers[name] = value;
+    }
+  }
+  return headers;
+}
+
+/** A step that reads a target, validates it and hands it to `keep`; see validInto. */
+export type ValidStep<Target> = (c: Context<AppEnv>) => Target extends 'json' ? Promise<void> : void;
+
 /**
- * Like valid, for a pipeline of named steps on the purchase path: the parsed value goes to
- * `keep`, which puts what later steps need into the context. Reads the target as Hono's
- * validator does and parses synchronously, without the generic validator's copies of every
- * header and its promise per parse; a header schema must be an object of lower-case names.
+ * validInto's work as a plain function, for a route that runs its steps itself (the purchase
+ * route): synchronous for a path's params and headers, a promise only for a body.
+ */
+export function validStep<T extends z.ZodType, Target extends 'json' | 'param' | 'header'>(
+  target: Target,
+  schema: T,
+  keep: (c: Context<AppEnv>, value: z.output<T>) => void,
+  fast?: (value: unknown) => z.output<T> | undefined,
+): ValidStep<Target> {
+  const apply = (c: Context<AppEnv>, input: unknown) => {
+    let value = fast?.(input);
+    if (value === undefined) {
+      const result = schema.safeParse(input);
+      if (!result.success) {
+        throw invalid(target, result.error.issues);
+      }
+      value = result.data;
+    }
+    c.req.addValidatedData(target, value as object);
+    keep(c, value);
+  };
+  const step =
+    target === 'json'
+      ? async (c: Context<AppEnv>) => apply(c, await readJson(c))
+      : (c: Context<AppEnv>) => apply(c, readNow(c, target as 'param' | 'header', schema));
+  return step as ValidStep<Target>;
+}
+
+/**
+ * Like valid, for a route's named steps: the parsed value goes to `keep`, which puts what later
+ * steps need into the context. Reads the target as Hono's validator does and parses
+ * synchronously, without the generic validator's copies of every header and its promise per
+ * parse; a header schema must be an object of lower-case names.
  *
  * `fast`, when given, reads the common well-formed input without zod and returns what the
  * schema would, or undefined to leave the input to the schema (every refusal, with its message,
@@ -70,18 +100,9 @@ export function validInto<T extends z.ZodType, Target extends 'json' | 'param' |
   keep: (c: Context<AppEnv>, value: z.output<T>) => void,
   fast?: (value: unknown) => z.output<T> | undefined,
 ): MiddlewareHandler<AppEnv> {
+  const step: (c: Context<AppEnv>) => void | Promise<void> = validStep(target, schema, keep, fast);
   return async function validated(c, next) {
-    const input = await readTarget(c, target, schema);
-    let value = fast?.(input);
-    if (value === undefined) {
-      const result = schema.safeParse(input);
-      if (!result.success) {
-        throw invalid(target, result.error.issues);
-      }
-      value = result.data;
-    }
-    c.req.addValidatedData(target, value as object);
-    keep(c, value);
+    await step(c);
     await next();
   };
 }

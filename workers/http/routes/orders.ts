@@ -13,11 +13,9 @@ import { ORDER_STATUS, orderStatusName } from '../../kernel/order-status';
 import { activeProvider } from '../../payments';
 import type { StartedPayment } from '../../payments/provider';
 import type { AppEnv } from '../context';
-import { clientAddress } from '../middleware/client-address';
-import { loadLimits } from '../middleware/limits';
 import { saleLimits } from '../middleware/sale-limits';
-import { ipShield } from '../middleware/shield';
 import { shopperAuth } from '../middleware/shopper-auth';
+import { shopperFront } from '../middleware/shopper-front';
 import { valid } from '../middleware/validate';
 
 /** The contract's order shape. */
@@ -53,7 +51,7 @@ function notFound(): AppError {
  * status were checked over HTTP, so a refusal never opens one.
  */
 export const orders = new Hono<AppEnv>()
-  .use(clientAddress, loadLimits, ipShield, shopperAuth)
+  .use(shopperFront, shopperAuth)
 
   .get('/:orderId', valid('param', OrderParam), saleLimits('order'), async (c) => {
     const order = await findOrder(httpDb(dbOptions(c.get('config'))), c.req.valid('param').orderId);

@@ -1,5 +1,4 @@
 import { type Context, Hono } from 'hono';
-import { createMiddleware } from 'hono/factory';
 import type { GoodsRow } from '../../../db/goods';
 import { acquirePermit, enterInFlight } from '../../edge/admission';
 import { clientKeys, ipKey } from '../../edge/client-guard';
@@ -30,15 +29,16 @@ import {
 import { admissionRate } from '../../kernel/limits';
 import { log } from '../../kernel/log';
 import { type AppEnv, waitUntilOf } from '../context';
-import { goodsOf, loadGoods } from '../middleware/goods';
-import { requireJson } from '../middleware/require-json';
-import { saleLimits } from '../middleware/sale-limits';
-import { shopperAuth, signIn } from '../middleware/shopper-auth';
-import { validInto } from '../middleware/validate';
+import { goodsOf } from '../middleware/goods';
+import { requireJsonMedia } from '../middleware/require-json';
+import { admitSale } from '../middleware/sale-limits';
+import { signIn } from '../middleware/shopper-auth';
+import { validStep } from '../middleware/validate';
 import { onError } from '../on-error';
 
 // POST /api/seckill/do/:path, the purchase, as one pipeline of named checks, cheapest first.
-// Before it, on every shopper route (app.ts): clientAddress, loadLimits, ipShield.
+// Before it, on every shopper route (app.ts): shopperFront (the client's address, the runtime
+// limits, the shield).
 //
 //   requireJson      415 unless the body is JSON
 //   refuseFromPath   when the hidden path names its goods (every path issued now does), before
@@ -72,9 +72,17 @@ import { onError } from '../on-error';
 //                    shopper's limit (409 LIMIT_REACHED), the units left (410 SOLD_OUT, with
 //                    `remaining` when fewer are left than asked for); 202 with the purchase id
 
-const step = createMiddleware<AppEnv>;
+/**
+ * A check of the pipeline: a Response (a refusal from the isolate's copies, returned rather than
+ * thrown back through the checks before it) ends the request there; anything else, or a promise
+ * of it, lets the next check run; a refusal of the shopper's input is thrown (AppError, answered
+ * by onError). The route runs the checks itself, one after the other, instead of as a Hono
+ * middleware each: a middleware costs a closure and two promises whether or not its check waits
+ * on anything, and most of these do not.
+ */
+type Check = (c: Context<AppEnv>) => unknown;
 
-const purchaseBody = validInto(
+const purchaseBody = validStep(
   'json',
   PurchaseBody,
   (c, body) => {
@@ -90,14 +98,13 @@ const purchaseBody = validInto(
   purchaseBodyFast,
 );
 
-const withinLimit = step(async function withinLimit(c, next) {
+function withinLimit(c: Context<AppEnv>): void {
   const goods = c.get('goods'),
     quantity = c.get('quantity');
   if (quantity > goods.perUserLimit) {
     throw new AppError('INVALID_INPUT', `json quantity: at most ${goods.perUserLimit} per shopper for this goods`);
   }
-  await next();
-});
+}
 
 /**
  * One of the answers from the isolate's copies; when `answerOf` gives one (or the goods is
@@ -152,58 +159,58 @@ async function refuseKeyedEarly(c: Context<AppEnv>, key: string): Promise<Respon
 }
 
 // Both check the raw header: a keyed retry may be owed the answer the object gave it before.
-const refuseFromPath = step(async function refuseFromPath(c, next) {
+function refuseFromPath(c: Context<AppEnv>): Promise<Response | undefined> | undefined {
   const named = goodsOfPurchasePath(c.req.param('path') ?? '');
-  if (named !== undefined) {
-    c.set('goodsId', named);
-    const key = c.req.header('idempotency-key');
-    const answer = key === undefined ? await refuseUnkeyed(c) : await refuseKeyedEarly(c, key);
-    if (answer) {
-      return answer;
-    }
+  if (named === undefined) {
+    return undefined;
   }
-  await next();
-});
+  c.set('goodsId', named);
+  const key = c.req.header('idempotency-key');
+  return key === undefined ? refuseUnkeyed(c) : refuseKeyedEarly(c, key);
+}
 
-const refuseFromCache = step(async function refuseFromCache(c, next) {
+function refuseFromCache(c: Context<AppEnv>): Promise<Response | undefined> | undefined {
   // A goods already read was named by the path and checked by refuseFromPath (once: the sold-out
   // check may take the isolate's turn to ask the object).
   if (c.get('goods') === undefined && c.req.header('idempotency-key') === undefined) {
-    const answer = await refuseUnkeyed(c);
-    if (answer) {
-      return answer;
-    }
+    return refuseUnkeyed(c);
   }
-  await next();
-});
+  return undefined;
+}
 
-const purchasePath = validInto('param', PurchasePathParam, (c, { path }) => c.set('purchasePath', path), purchasePathFast);
+async function shopperAuth(c: Context<AppEnv>): Promise<void> {
+  c.set('userId', await signIn(c));
+}
 
-const idempotencyKey = validInto(
+const purchasePath = validStep('param', PurchasePathParam, (c, { path }) => c.set('purchasePath', path), purchasePathFast);
+
+const idempotencyKey = validStep(
   'header',
   IdempotencyHeader,
   (c, headers) => c.set('idempotencyKey', headers['idempotency-key']),
   idempotencyHeaderFast,
 );
 
-const purchaseRequest = step(async function purchaseRequest(c, next) {
+async function purchaseRequest(c: Context<AppEnv>): Promise<void> {
   c.set('purchaseId', await purchaseIdOf(c.get('goodsId'), c.get('userId'), c.get('idempotencyKey')));
-  await next();
-});
+}
 
-const refuseKeyed = step(async function refuseKeyed(c, next) {
-  if (c.get('idempotencyKey') !== undefined) {
-    const keyed = { requestId: c.get('purchaseId'), tokenExpiresAt: claimedPurchaseExpiry(c.get('purchaseToken')) };
-    const ids = clientKeys(c.get('clientIp'), c.get('userId'), 'purchase', c.get('limits')).map((k) => k.id);
-    const answer = await answerFromCopies(c, ids, (goods) => keyedRefusalFromCopies(goods, keyed, Date.now()));
-    if (answer) {
-      return answer;
-    }
+function refuseKeyed(c: Context<AppEnv>): Promise<Response | undefined> | undefined {
+  if (c.get('idempotencyKey') === undefined) {
+    return undefined;
   }
-  await next();
-});
+  const keyed = { requestId: c.get('purchaseId'), tokenExpiresAt: claimedPurchaseExpiry(c.get('purchaseToken')) };
+  const ids = clientKeys(c.get('clientIp'), c.get('userId'), 'purchase', c.get('limits')).map((k) => k.id);
+  return answerFromCopies(c, ids, (goods) => keyedRefusalFromCopies(goods, keyed, Date.now()));
+}
 
-const verifyToken = step(async function verifyToken(c, next) {
+const saleLimits = (c: Context<AppEnv>) => admitSale(c, 'purchase');
+
+async function loadGoods(c: Context<AppEnv>): Promise<void> {
+  await goodsOf(c);
+}
+
+async function verifyToken(c: Context<AppEnv>): Promise<void> {
   const config = c.get('config'),
     goods = c.get('goods'),
     userId = c.get('userId'),
@@ -211,19 +218,20 @@ const verifyToken = step(async function verifyToken(c, next) {
   const keyed = key !== undefined;
   const input = { token: c.get('purchaseToken'), path: c.get('purchasePath'), userId, goodsId: goods.id, keyed };
   c.set('verified', await checkPurchaseToken(config.tokenSecret, input, Date.now()));
-  await next();
-});
+}
 
-const inFlightCap = step(async function inFlightCap(c, next) {
+/** inFlightCap: the isolate's place among those waiting on the goods' object, held until the object answers. */
+async function inFlightCap(c: Context<AppEnv>): Promise<Response> {
   const leave = enterInFlight(c.get('goods').id, c.get('limits').inFlightPerGoods);
   try {
-    await next();
+    await admission(c);
+    return await reserveUnit(c);
   } finally {
     leave();
   }
-});
+}
 
-const admission = step(async function admission(c, next) {
+async function admission(c: Context<AppEnv>): Promise<void> {
   const goods = c.get('goods'),
     limits = c.get('limits');
   try {
@@ -231,10 +239,9 @@ const admission = step(async function admission(c, next) {
   } catch (error) {
     throw busy(c.get('traceId'), c.get('purchaseId'), goods.id, error);
   }
-  await next();
-});
+}
 
-const reserveUnit = step(async function reserveUnit(c) {
+async function reserveUnit(c: Context<AppEnv>): Promise<Response> {
   const goods = c.get('goods'),
     userId = c.get('userId'),
     verified = c.get('verified'),
@@ -273,7 +280,7 @@ const reserveUnit = step(async function reserveUnit(c) {
     markInStock(goods.id);
   }
   return c.json({ code: 0, message: 'queued', requestId: purchaseId }, 202);
-});
+}
 
 /**
  * The object is overloaded, restarting or unreachable: answer at once rather than queue. A retry
@@ -288,10 +295,9 @@ function busy(traceId: string, purchaseId: string, goodsId: number, error: unkno
   return new AppError('BUSY', undefined, { 'retry-after': '1' });
 }
 
-/** The purchase route, its checks in the order they run. */
-export const purchase = new Hono<AppEnv>().post(
-  '/do/:path',
-  requireJson,
+/** The checks before the object, in the order they run (inFlightCap, admission and reserveUnit follow). */
+const CHECKS: readonly Check[] = [
+  requireJsonMedia,
   refuseFromPath,
   purchaseBody,
   refuseFromCache,
@@ -300,11 +306,20 @@ export const purchase = new Hono<AppEnv>().post(
   idempotencyKey,
   purchaseRequest,
   refuseKeyed,
-  saleLimits('purchase'),
+  saleLimits,
   loadGoods,
   withinLimit,
   verifyToken,
-  inFlightCap,
-  admission,
-  reserveUnit,
-);
+];
+
+/** The purchase route: its checks, then the object. */
+export const purchase = new Hono<AppEnv>().post('/do/:path', async function purchaseRoute(c) {
+  for (const check of CHECKS) {
+    const outcome = check(c);
+    const answer = outcome instanceof Promise ? await outcome : outcome;
+    if (answer instanceof Response) {
+      return answer;
+    }
+  }
+  return inFlightCap(c);
+});

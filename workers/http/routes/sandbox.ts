@@ -7,11 +7,9 @@ import { AppError } from '../../kernel/errors';
 import { PaymentId, SandboxCompleteBody } from '../../kernel/http-bodies';
 import { deliverWebhook, SANDBOX, sandboxEvent } from '../../payments/sandbox';
 import type { AppEnv } from '../context';
-import { clientAddress } from '../middleware/client-address';
-import { loadLimits } from '../middleware/limits';
 import { saleLimits } from '../middleware/sale-limits';
-import { ipShield } from '../middleware/shield';
 import { shopperAuth } from '../middleware/shopper-auth';
+import { shopperFront } from '../middleware/shopper-front';
 import { valid } from '../middleware/validate';
 
 const PaymentParam = z.object({ paymentId: PaymentId });
@@ -29,7 +27,7 @@ export const sandboxRoutes = new Hono<AppEnv>()
     }
     await next();
   })
-  .use(clientAddress, loadLimits, ipShield)
+  .use(shopperFront)
   .post(
     '/:paymentId/complete',
     shopperAuth,
