@@ -140,17 +140,34 @@ export class GuardLedger {
     const source = scopedValue(w.sources, isolate, (): Source => ({ seen: 0, at: 0 }));
     source.seen = Math.max(1, report.seen);
     source.at = now;
+    const blockedMs = w.log.waitMs(now, RATE_WINDOW_MS, report.perSecond);
+    return {
+      id,
+      scope: report.scope,
+      perSecond: this.share(w.sources, isolate, report.perSecond, now),
+      limit: report.perSecond,
+      blockedMs,
+    };
+  }
+
+  /**
+   * The reporting isolate's share of a window's limit, after dropping the sources that went
+   * quiet. A window only this isolate reports (most shoppers are seen by one) is all its own,
+   * found without the demand map and the split.
+   */
+  private share(sources: Scoped<Source>, isolate: string, limit: number, now: number): number {
+    if (sources.more === undefined || sources.more.size === 0) {
+      return limit;
+    }
     const demand = new Map<string, number>();
-    for (const [from, s] of scopedEntries(w.sources)) {
+    for (const [from, s] of scopedEntries(sources)) {
       if (now - s.at > SOURCE_TTL_MS) {
-        dropScoped(w.sources, from);
+        dropScoped(sources, from);
       } else {
         demand.set(from, s.seen);
       }
     }
-    const share = splitLimit(report.perSecond, demand).get(isolate) ?? report.perSecond;
-    const blockedMs = w.log.waitMs(now, RATE_WINDOW_MS, report.perSecond);
-    return { id, scope: report.scope, perSecond: share, limit: report.perSecond, blockedMs };
+    return splitLimit(limit, demand).get(isolate) ?? limit;
   }
 
   private entry(id: string, windowMs: number, now: number): Entry {
