@@ -306,6 +306,21 @@ describe('shopper routes with AUTH_JWKS_URL', () => {
     });
   });
 
+  it('answers 401 to a valid token whose subject is no user id (sign-in checks it as UserId does)', async () => {
+    const exp = Math.floor(Date.now() / 1000) + 600;
+    for (const sub of ['with space', '', 'x'.repeat(65), 'ключ', 'u-1\n', 42, undefined]) {
+      const res = await get(unknownRequest, await sign({ sub, iss: ISSUER, exp }, env.AUTH_JWT_SECRET, 'HS256'));
+      expect(res.status, JSON.stringify(sub)).toBe(401);
+      expect((await res.json<{ error: { code: string; message: string } }>()).error).toMatchObject({
+        code: 'UNAUTHENTICATED',
+        message: 'the token has no usable subject',
+      });
+    }
+    for (const sub of ['u-1', 'a:b.c_d-e@shop', 'x'.repeat(64)]) {
+      expect((await get(unknownRequest, await sign({ sub, iss: ISSUER, exp }, env.AUTH_JWT_SECRET, 'HS256'))).status).toBe(404);
+    }
+  });
+
   it('answers a shopper at once while the login server hangs, with the keys it has', async () => {
     const token = await sign(claims('alice'), es.privateJwk);
     // The isolate fetched its key set eleven minutes ago: it is stale now.

@@ -3,6 +3,7 @@
 // everything it leaves alone goes to the schema, which keeps every refusal and its message.
 import { describe, expect, it } from 'vitest';
 import type { z } from 'zod';
+import { USER_ID, UserId } from '../../workers/kernel/contract';
 import {
   IdempotencyHeader,
   idempotencyHeaderFast,
@@ -105,5 +106,28 @@ describe('the purchase inputs read without zod', () => {
         expect(quick, JSON.stringify(body)).toEqual(PurchaseBody.parse(body));
       }
     }
+  });
+
+  it('signs in exactly the subjects UserId takes (USER_ID, the one expression sign-in tests)', () => {
+    const subjects = [
+      'u-1',
+      'user@example.com',
+      'a:b.c_d-e',
+      'x'.repeat(64),
+      'x'.repeat(65),
+      '',
+      'with space',
+      'u-1\n',
+      '\nu-1',
+      'ключ',
+      'u/1',
+      'u+1',
+      'u%1',
+      '9',
+    ];
+    for (const subject of subjects) {
+      expect(USER_ID.test(subject), JSON.stringify(subject)).toBe(UserId.safeParse(subject).success);
+    }
+    expect(subjects.filter((s) => USER_ID.test(s))).toHaveLength(5);
   });
 });
