@@ -86,7 +86,7 @@ export class ClientLimiter {
       if (w) {
         w.seen++;
         if (verdict.ok) {
-          w.admitted.push(now);
+          w.admitted = appended(w.admitted, now);
         }
       }
     }
@@ -221,8 +221,22 @@ export class ClientLimiter {
     let w = report.windows.find((x) => x.scope === key.scope);
     if (!w) {
       w = { scope: key.scope, perSecond: key.perSecond, seen: 0, admitted: [] };
-      report.windows.push(w);
+      report.windows = appended(report.windows, w);
     }
     return w;
   }
+}
+
+/**
+ * `list` with `item` at its end: a one-item list for an empty one. A pending report lives until
+ * the next report round, long enough to outlive a scavenge or two and be copied into the old
+ * generation, and most of its lists hold one item (a shopper is seen once or twice a round): a
+ * push onto an empty array gives it room for 17, a literal room for one.
+ */
+function appended<T>(list: T[], item: T): T[] {
+  if (list.length === 0) {
+    return [item];
+  }
+  list.push(item);
+  return list;
 }
