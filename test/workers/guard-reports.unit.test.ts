@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { CALLS_PER_ROUND, planRound } from '../../workers/edge/guard-reports';
-import type { KeyReport } from '../../workers/kernel/contract';
+import { CALLS_PER_ROUND, limiter, planRound, REPORT_INTERVAL_MS, scheduleGuardReport } from '../../workers/edge/guard-reports';
+import type { BanPolicy, GuardReply, KeyReport } from '../../workers/kernel/contract';
+import { sleep } from '../../workers/kernel/sleep';
 
 // A busy isolate has keys on every guard shard; a report round calls at most CALLS_PER_ROUND of
 // them, the busiest first, and no shard's keys wait for ever.
@@ -58,4 +59,74 @@ describe('report rounds', () => {
     expect(quietAt).toBeDefined();
     expect(quietAt).toBeLessThanOrEqual(8);
   });
+
+  it('go one round at a time, at most CALLS_PER_ROUND calls an interval, while a busy isolate always has shards waiting', async () => {
+    // Guard shards that answer in 120 ms, counted.
+    let calls = 0;
+    let inFlight = 0;
+    let mostInFlight = 0;
+    const shard = {
+      async account(): Promise<GuardReply> {
+        calls++;
+        inFlight++;
+        mostInFlight = Math.max(mostInFlight, inFlight);
+        await sleep(120);
+        inFlight--;
+        return { bans: [], lifted: [], shares: [] };
+      },
+    };
+    const env = { EDGE_GUARD: { idFromName: (name: string) => name, get: () => shard } } as unknown as Env;
+    const kept: Promise<unknown>[] = [];
+    const waitUntil = (promise: Promise<unknown>) => {
+      kept.push(promise);
+    };
+    const policy: BanPolicy = { threshold: 1_000_000, windowMs: 10_000, durationMs: 60_000 };
+    // Three new shoppers every 20 ms for 3 s: about 75 keys a round over the 128 shards, more
+    // shards than a round calls, so some always wait and every round leads to another.
+    const started = Date.now();
+    let shopper = 0;
+    while (Date.now() - started < 3_000) {
+      for (let i = 0; i < 3; i++) {
+        limiter.admit([{ id: `user:reports-${shopper++}`, scope: 'purchase', perSecond: 10 }], policy, Date.now());
+      }
+      scheduleGuardReport(env, policy, waitUntil);
+      await sleep(20);
+    }
+    const rounds = Math.floor((Date.now() - started) / REPORT_INTERVAL_MS) + 1;
+    expect(calls).toBeGreaterThan(CALLS_PER_ROUND);
+    expect(calls).toBeLessThanOrEqual(CALLS_PER_ROUND * rounds);
+    expect(mostInFlight).toBeLessThanOrEqual(CALLS_PER_ROUND);
+    // The rounds end once nothing waits.
+    await Promise.all(kept);
+  }, 30_000);
+
+  it('report what a request counted during a round, with no request after it to ask', async () => {
+    const heard: string[] = [];
+    const shard = {
+      async account(report: { keys: KeyReport[] }): Promise<GuardReply> {
+        heard.push(...report.keys.map((k) => k.id));
+        await sleep(120);
+        return { bans: [], lifted: [], shares: [] };
+      },
+    };
+    const env = { EDGE_GUARD: { idFromName: (name: string) => name, get: () => shard } } as unknown as Env;
+    const kept: Promise<unknown>[] = [];
+    const waitUntil = (promise: Promise<unknown>) => {
+      kept.push(promise);
+    };
+    const policy: BanPolicy = { threshold: 1_000_000, windowMs: 10_000, durationMs: 60_000 };
+    const admitOne = (id: string) => {
+      limiter.admit([{ id, scope: 'purchase', perSecond: 10 }], policy, Date.now());
+      scheduleGuardReport(env, policy, waitUntil);
+    };
+    await sleep(REPORT_INTERVAL_MS);
+    admitOne('user:first-of-a-quiet-isolate');
+    // The round is under way (its shard answers in 120 ms): this request starts nothing.
+    await sleep(30);
+    admitOne('user:during-the-round');
+    while (kept.length > 0) {
+      await Promise.all(kept.splice(0));
+    }
+    expect(heard).toEqual(['user:first-of-a-quiet-isolate', 'user:during-the-round']);
+  }, 30_000);
 });

@@ -108,6 +108,11 @@ export class ClientLimiter {
     }
   }
 
+  /** Whether anything was accounted since the last takeReport. */
+  get hasPending(): boolean {
+    return this.pending.size > 0;
+  }
+
   /** Takes what was accounted since the last call (undefined: nothing to tell). */
   takeReport(): KeyReport[] | undefined {
     if (this.pending.size === 0) {
