@@ -23,6 +23,20 @@ type Report = {
 
 const script = fileURLToPath(new URL('../../scripts/loadtest.ts', import.meta.url));
 
+/** What a failed run says: its progress lines, and the checks and answers of its JSON report. */
+function whyFailed(run: { stdout: string; stderr: string }): string {
+  let verdict = '';
+  try {
+    const report = JSON.parse(run.stdout) as Report;
+    const failed = report.invariants.checks.filter((c) => !c.ok);
+    const answers = Object.entries(report.steps).map(([step, s]) => `${step} ${JSON.stringify(s.outcomes)}`);
+    verdict = [...failed.map((c) => `FAILED ${c.name}: ${c.detail}`), ...answers].join('\n');
+  } catch {
+    verdict = run.stdout.slice(0, 2000);
+  }
+  return `${run.stderr}\n${verdict}`;
+}
+
 function loadtest(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     execFile(...tsNode(script, ...args), { maxBuffer: 64 * 1024 * 1024 }, (error, stdout, stderr) => {
@@ -64,7 +78,7 @@ describe('npm run loadtest', () => {
       '--raise-limits',
       '--json',
     ]);
-    expect(run.code, run.stderr).toBe(0);
+    expect(run.code, whyFailed(run)).toBe(0);
     const report = JSON.parse(run.stdout) as Report;
     expect(report.goods).toMatchObject({ created: true, stock: 50 });
     expect(report.invariants).toMatchObject({ ok: true, oversold: 0, lost: 0 });
