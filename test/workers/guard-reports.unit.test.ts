@@ -10,6 +10,25 @@ const key = (id: string, hits: number, extra: Partial<KeyReport> = {}): KeyRepor
 /** Keys named `s<shard>:<n>` belong to shard `s<shard>`. */
 const shardOf = (id: string) => id.split(':')[0] ?? id;
 
+/** Guard shards answering every report in 120 ms through `heard`, and the waitUntil that keeps the rounds. */
+function shardsThatAnswer(heard: (report: { keys: KeyReport[] }) => void) {
+  const shard = {
+    async account(report: { keys: KeyReport[] }): Promise<GuardReply> {
+      heard(report);
+      await sleep(120);
+      return { bans: [], lifted: [], shares: [] };
+    },
+  };
+  const env = { EDGE_GUARD: { idFromName: (name: string) => name, get: () => shard } } as unknown as Env;
+  const kept: Promise<unknown>[] = [];
+  const waitUntil = (promise: Promise<unknown>) => {
+    kept.push(promise);
+  };
+  return { env, kept, waitUntil };
+}
+
+const POLICY: BanPolicy = { threshold: 1_000_000, windowMs: 10_000, durationMs: 60_000 };
+
 describe('report rounds', () => {
   it('send the busiest shards first, at most CALLS_PER_ROUND a round, and keep the rest for later rounds', () => {
     const waiting = new Map<string, { keys: KeyReport[]; rounds: number }>();
@@ -65,22 +84,13 @@ describe('report rounds', () => {
     let calls = 0;
     let inFlight = 0;
     let mostInFlight = 0;
-    const shard = {
-      async account(): Promise<GuardReply> {
-        calls++;
-        inFlight++;
-        mostInFlight = Math.max(mostInFlight, inFlight);
-        await sleep(120);
-        inFlight--;
-        return { bans: [], lifted: [], shares: [] };
-      },
-    };
-    const env = { EDGE_GUARD: { idFromName: (name: string) => name, get: () => shard } } as unknown as Env;
-    const kept: Promise<unknown>[] = [];
-    const waitUntil = (promise: Promise<unknown>) => {
-      kept.push(promise);
-    };
-    const policy: BanPolicy = { threshold: 1_000_000, windowMs: 10_000, durationMs: 60_000 };
+    const { env, kept, waitUntil } = shardsThatAnswer(() => {
+      calls++;
+      inFlight++;
+      mostInFlight = Math.max(mostInFlight, inFlight);
+      setTimeout(() => inFlight--, 120);
+    });
+    const policy = POLICY;
     // Three new shoppers every 20 ms for 3 s: about 75 keys a round over the 128 shards, more
     // shards than a round calls, so some always wait and every round leads to another.
     const started = Date.now();
@@ -102,19 +112,8 @@ describe('report rounds', () => {
 
   it('report what a request counted during a round, with no request after it to ask', async () => {
     const heard: string[] = [];
-    const shard = {
-      async account(report: { keys: KeyReport[] }): Promise<GuardReply> {
-        heard.push(...report.keys.map((k) => k.id));
-        await sleep(120);
-        return { bans: [], lifted: [], shares: [] };
-      },
-    };
-    const env = { EDGE_GUARD: { idFromName: (name: string) => name, get: () => shard } } as unknown as Env;
-    const kept: Promise<unknown>[] = [];
-    const waitUntil = (promise: Promise<unknown>) => {
-      kept.push(promise);
-    };
-    const policy: BanPolicy = { threshold: 1_000_000, windowMs: 10_000, durationMs: 60_000 };
+    const { env, kept, waitUntil } = shardsThatAnswer((report) => heard.push(...report.keys.map((k) => k.id)));
+    const policy = POLICY;
     const admitOne = (id: string) => {
       limiter.admit([{ id, scope: 'purchase', perSecond: 10 }], policy, Date.now());
       scheduleGuardReport(env, policy, waitUntil);

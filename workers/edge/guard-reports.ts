@@ -128,8 +128,7 @@ async function runRounds(env: Env, run: number, firstWaitMs: number): Promise<vo
       lastReportAt = runMovedAt = Date.now();
       await sendReport(env);
       if (!policy || (waiting.size === 0 && !limiter.hasPending)) {
-        // Ended in the same turn as the check: a request after it starts the next run.
-        runningRun = runningRun === run ? 0 : runningRun;
+        // The finally below ends the run in this same turn: a request after it starts the next run.
         return;
       }
       // Shards still waiting, or counts made during the round: the next round comes whether or
