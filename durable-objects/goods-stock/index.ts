@@ -184,10 +184,8 @@ export class GoodsStock extends DurableObject<Env> {
     // A stock shard that cannot cover the batch's units asks for stock first, until it can or
     // none comes: a purchase of several units is refused only once the goods as a whole lacks them.
     const units = items.reduce((n, item) => n + quantityOf(item), 0);
-    for (let round = 0; round < 3 && saleIsOn(loaded, Date.now()) && this.leases.short(units); round++) {
-      if (!(await this.leases.fill(units))) {
-        break;
-      }
+    if (this.leases.short(units)) {
+      await this.leases.cover(units, () => saleIsOn(loaded, Date.now()));
     }
     const sale = this.sale ?? loaded;
     const now = Date.now();
@@ -217,7 +215,7 @@ export class GoodsStock extends DurableObject<Env> {
       this.leases.afterBatch(now);
     }
     if (this.leases.shards > 1) {
-      outcomes = await refusalsInGoodsUnits(items, outcomes, () => this.leases.pool.goodsLeft(sale));
+      outcomes = await refusalsInGoodsUnits(items, outcomes, () => this.leases.goodsLeft(sale));
     }
     countDecisions(sale.goodsId, items, outcomes);
     scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));
@@ -228,6 +226,12 @@ export class GoodsStock extends DurableObject<Env> {
   async grant(goodsId: number, from: number, grantId: string, want: number, need: number, dry: boolean, reported: number): Promise<Grant> {
     const sale = await this.ensureSale(goodsId, 0);
     return typeof sale === 'string' ? { units: 0 } : this.leases.pool.grant(sale, from, grantId, want, need, dry, reported);
+  }
+
+  /** Shard 0: the goods' free units over every shard, read so none is counted twice (a refusal of several units says it). */
+  async goodsLeft(goodsId: number): Promise<number> {
+    const sale = await this.ensureSale(goodsId, 0);
+    return typeof sale === 'string' ? 0 : this.leases.pool.goodsLeft(sale);
   }
 
   async report(shard: number, remaining: number): Promise<void> {

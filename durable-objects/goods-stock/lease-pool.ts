@@ -9,15 +9,19 @@ import type { Sale } from './storage';
 // (give-backs), and sums what every shard holds. Each grant and give-back is credited once, by id.
 
 /**
- * A grant answered this recently may still be on its way to its shard (neither shard counts its
- * units then): a dry ask whose sweep found nothing waits a moment and sweeps again.
+ * Units granted to a shard whose answer has not reached it yet are counted by neither shard: a
+ * dry ask whose sweep found nothing but such units waits this long and sweeps again (the shard
+ * gives them back once they land), for at most GATHER_MS in all.
  */
-const IN_FLIGHT_MS = 300;
 const IN_FLIGHT_WAIT_MS = 25;
+const GATHER_MS = 1_500;
 
-/** Shard 0's answer to a lease ask, and a shard's answer to shard 0's give-back. */
+/** Shard 0's answer to a lease ask. */
 export type Grant = { units: number };
-export type GiveBack = { units: number; remaining: number };
+/** A shard's answer to shard 0's give-back; `awaiting` is the id of its grant ask still unanswered, if any. */
+export type GiveBack = { units: number; remaining: number; awaiting?: string };
+/** What a sweep saw: whether a shard asked had units granted to it still on their way. */
+export type Sweep = { inFlight: boolean };
 
 /** What the pool shares with its object's lease logic (leases.ts). */
 export type PoolContext = {
@@ -28,6 +32,8 @@ export type PoolContext = {
   /** The stub of another shard of the goods. */
   stub(sale: Sale, shard: number): ReturnType<typeof goodsStock>;
   sale(): Sale | undefined;
+  /** Shard 0's units not wanted by one of its own batches waiting for stock. */
+  free(sale: Sale): number;
   /** The shard's stock changed outside a reservation batch: mirror it. */
   stockChanged(remaining: number): void;
   /** Asks for an alarm at `at` (a lost answer is asked again then). */
@@ -37,10 +43,10 @@ export type PoolContext = {
 };
 
 export class LeasePool {
-  private sweeping: Promise<void> | undefined;
+  private sweeping: Promise<Sweep> | undefined;
+  private reading: Promise<number> | undefined;
   /** Shard 0 had to sweep: the stock left is handed out in shares (in memory: it only saves calls). */
   private endgame = false;
-  private lastGrantAt = 0;
 
   constructor(private readonly c: PoolContext) {}
 
@@ -55,17 +61,8 @@ export class LeasePool {
       return prior;
     }
     this.c.store.saveReport(from, reported);
-    // Another asker's sweep may be the one running, gathering for itself: sweep again if short.
-    for (let round = 0; round < 3 && dry && sale.remaining < need; round++) {
-      const before = sale.remaining;
-      await this.sweep(sale, from);
-      if (sale.remaining > before) {
-        continue;
-      }
-      if (Date.now() - this.lastGrantAt >= IN_FLIGHT_MS) {
-        break;
-      }
-      await new Promise((resolve) => setTimeout(resolve, IN_FLIGHT_WAIT_MS));
+    if (dry) {
+      await this.gather(sale, from, need);
     }
     const current = this.c.sale() ?? sale;
     // A background ask leaves shard 0 a lease of its own, and gets nothing in the endgame; a dry
@@ -81,9 +78,6 @@ export class LeasePool {
       const units = Math.max(0, Math.min(share, current.remaining - keep));
       current.remaining -= units;
       this.c.store.saveRemaining(current.remaining);
-      if (units > 0) {
-        this.lastGrantAt = Date.now();
-      }
       this.c.store.saveGrant(from, grantId, units);
       this.c.store.saveReport(from, reported + units);
       return { units };
@@ -105,25 +99,40 @@ export class LeasePool {
   }
 
   /**
-   * The goods' free units over every shard, each of the others asked now (reports are upper
-   * bounds while shards sell): what a refusal of several units tells the shopper, so only asked
-   * then, at the end of a sale. A shard that does not answer counts none.
+   * The goods' free units over every shard, each of the others asked now: what a refusal of
+   * several units tells the shopper, so asked only then, at the end of a sale. Shard 0 reads it
+   * so that no unit is counted twice: no give-back runs meanwhile (a sweep waits for the read,
+   * the read for a running sweep), and the others are read before shard 0's own units (a grant
+   * leaves shard 0 before it reaches its shard). Units a shard's waiting shoppers want count
+   * nowhere: those it holds for a batch waiting for stock, and those granted and still on their
+   * way (at the end of a sale they answer a dry shard's ask). A shard that does not answer
+   * counts none. Concurrent askers share a read.
    */
   async goodsLeft(sale: Sale): Promise<number> {
-    const others = Array.from({ length: this.c.place().shards }, (_, j) => j).filter((j) => j !== this.c.place().shard);
+    while (this.sweeping) {
+      await this.sweeping;
+    }
+    if (this.reading) {
+      return this.reading;
+    }
+    this.reading = this.readGoodsLeft(sale).finally(() => {
+      this.reading = undefined;
+    });
+    return this.reading;
+  }
+
+  private async readGoodsLeft(sale: Sale): Promise<number> {
+    const others = Array.from({ length: this.c.place().shards - 1 }, (_, i) => i + 1);
     this.c.countCall(others.length);
     const figures = await Promise.all(
       others.map((j) =>
         this.c
           .stub(sale, j)
           .snapshot()
-          .then(
-            (s) => s?.remaining ?? 0,
-            () => 0,
-          ),
+          .catch(() => undefined),
       ),
     );
-    return figures.reduce((a, b) => a + b, this.c.sale()?.remaining ?? sale.remaining);
+    return figures.reduce((n, s) => n + (s?.free ?? s?.remaining ?? 0), this.c.free(this.c.sale() ?? sale));
   }
 
   /** Shard 0's own units plus what the others last reported (an upper bound while they sell). */
@@ -132,34 +141,67 @@ export class LeasePool {
   }
 
   /**
+   * Sweeps until shard 0 holds `need` units (a dry ask's, or its own shoppers'): again at once
+   * after a sweep that found some (another asker's grant may have taken them), again after a
+   * moment while units granted to a shard are still on their way to it, for at most GATHER_MS.
+   * A sweep that finds nothing, with nothing on its way, ends it.
+   */
+  async gather(sale: Sale, exclude: number, need: number): Promise<void> {
+    const until = Date.now() + GATHER_MS;
+    while (sale.remaining < need && Date.now() < until) {
+      const before = sale.remaining;
+      const { inFlight } = await this.sweep(sale, exclude);
+      if (sale.remaining > before) {
+        continue;
+      }
+      if (!inFlight) {
+        break;
+      }
+      await new Promise((resolve) => setTimeout(resolve, IN_FLIGHT_WAIT_MS));
+    }
+  }
+
+  /**
    * The endgame: takes every free unit back from the other shards (except `exclude`), all at
    * once (those that reported none only if the rest had nothing). From then on shard 0 hands dry
    * shards fair shares of what is left rather than leases, so the last units stay where every
-   * shard can reach them. Single-flight.
+   * shard can reach them. Single-flight: a second caller shares the running sweep and its answer.
    */
-  async sweep(sale: Sale, exclude: number): Promise<void> {
+  async sweep(sale: Sale, exclude: number): Promise<Sweep> {
+    while (this.reading) {
+      await this.reading;
+    }
     if (this.sweeping) {
       return this.sweeping;
     }
     this.endgame = true;
-    this.sweeping = (async () => {
+    this.sweeping = (async (): Promise<Sweep> => {
       const others = Array.from({ length: this.c.place().shards - 1 }, (_, i) => i + 1).filter((j) => j !== exclude);
       const reported = this.c.store.reports();
-      const ask = async (shards: number[]) =>
-        (await Promise.all(shards.map((j) => this.reclaimFrom(sale, j, sale.totalStock)))).reduce((a, b) => a + b, 0);
+      let inFlight = false;
+      const ask = async (shards: number[]) => {
+        const replies = await Promise.all(shards.map((j) => this.reclaimFrom(sale, j, sale.totalStock)));
+        inFlight ||= replies.some((r) => r.inFlight);
+        return replies.reduce((n, r) => n + r.credited, 0);
+      };
       // A shard that last reported nothing is asked only when the others had nothing either: its
       // figure is a hint (a release's report may be lost), not a fact.
       if ((await ask(others.filter((j) => reported.get(j) !== 0))) === 0) {
         await ask(others.filter((j) => reported.get(j) === 0));
       }
+      return { inFlight };
     })().finally(() => {
       this.sweeping = undefined;
     });
     return this.sweeping;
   }
 
-  /** One give-back from shard `j`, credited once; an unanswered one stays pending for the alarm. */
-  async reclaimFrom(sale: Sale, j: number, max: number): Promise<number> {
+  /**
+   * One give-back from shard `j`, credited once; an unanswered one stays pending for the alarm.
+   * The units credited, and whether units granted to `j` are still on their way to it (its
+   * grant ask unanswered, and shard 0 has answered it with units).
+   */
+  async reclaimFrom(sale: Sale, j: number, max: number): Promise<{ credited: number; inFlight: boolean }> {
     let id = this.c.store.pendingReclaim(j);
     if (!id) {
       id = crypto.randomUUID();
@@ -173,8 +215,10 @@ export class LeasePool {
     } catch (error) {
       log.warn('goods_stock.give_back_failed', { goodsId: sale.goodsId, shard: j, error });
       this.c.retryAt(Date.now() + 1_000);
-      return 0;
+      return { credited: 0, inFlight: false };
     }
+    const granted = reply.awaiting === undefined ? undefined : this.c.store.lastGrant(j);
+    const inFlight = granted !== undefined && granted.grantId === reply.awaiting && granted.units > 0;
     const current = this.c.sale() ?? sale;
     const credited = this.c.storage.transactionSync(() => {
       if (this.c.store.pendingReclaim(j) !== reclaimId) {
@@ -189,6 +233,6 @@ export class LeasePool {
     if (credited > 0) {
       this.c.stockChanged(current.remaining);
     }
-    return credited;
+    return { credited, inFlight };
   }
 }

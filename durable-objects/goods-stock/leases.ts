@@ -42,6 +42,8 @@ export type LeaseHost = {
 export class Leases {
   private row: LeaseRow = { shard: 0, shards: 1, location_hint: null, pending_grant: null, given_id: null, given_units: 0 };
   private refilling: Promise<void> | undefined;
+  /** Units this shard's batches waiting for stock want (cover). */
+  private wanted = 0;
   private emptyUntil = 0;
   /** Calls between shards this instance made: grants asked of shard 0, or (shard 0) give-backs asked of the others. */
   poolCalls = 0;
@@ -60,6 +62,7 @@ export class Leases {
       place: () => this.row,
       stub: (sale, shard) => this.stub(sale, shard),
       sale: () => host.sale(),
+      free: (sale) => this.free(sale),
       stockChanged: (remaining) => host.stockChanged(remaining),
       retryAt: (at) => host.retryAt(at),
       countCall: (n) => {
@@ -132,12 +135,32 @@ export class Leases {
   }
 
   /**
-   * A shard that cannot cover a batch asks for stock now (the batch's shoppers wait for it;
-   * shard 0 sweeps the other shards). True when it got some: the caller checks again, with no
-   * await between its last check and its transaction, since another batch may take them first.
+   * A batch this shard cannot cover asks for stock until it can or none comes, three asks at
+   * most (its shoppers wait; `on` says the sale still is). Meanwhile its units are wanted: the
+   * goods' figure a refusal gives leaves them out (`free`). The caller checks again, with no
+   * await between that check and its transaction, since another batch may take them first.
    * Never throws: a shard that got nothing answers from what it has.
    */
-  async fill(need: number): Promise<boolean> {
+  async cover(units: number, on: () => boolean): Promise<void> {
+    this.wanted += units;
+    try {
+      for (let round = 0; round < 3 && on() && this.short(units); round++) {
+        if (!(await this.fill(units))) {
+          break;
+        }
+      }
+    } finally {
+      this.wanted -= units;
+    }
+  }
+
+  /** This shard's units not wanted by one of its batches waiting for stock. */
+  free(sale: Sale): number {
+    return Math.max(0, sale.remaining - this.wanted);
+  }
+
+  /** Asks for stock once (shard 0 sweeps the other shards): true when it got some. */
+  private async fill(need: number): Promise<boolean> {
     const sale = this.host.sale();
     if (!sale) {
       return false;
@@ -145,7 +168,7 @@ export class Leases {
     const before = sale.remaining;
     try {
       if (this.row.shard === 0) {
-        await this.pool.sweep(sale, 0);
+        await this.pool.gather(sale, 0, need);
       } else {
         await this.refill(need, true);
       }
@@ -226,7 +249,25 @@ export class Leases {
       return snapshot;
     }
     const pool = this.row.shard === 0 ? { goodsRemaining: this.pool.goodsRemaining(sale) } : {};
-    return { ...snapshot, shard: this.row.shard, shards: this.row.shards, poolCalls: this.poolCalls, ...pool };
+    const wanted = this.wanted > 0 ? { free: this.free(sale) } : {};
+    return { ...snapshot, shard: this.row.shard, shards: this.row.shards, poolCalls: this.poolCalls, ...pool, ...wanted };
+  }
+
+  /**
+   * The goods' free units over every shard, as shard 0 reads them (lease-pool.ts): what a
+   * refusal of several units tells the shopper. This shard's own when shard 0 does not answer.
+   */
+  async goodsLeft(sale: Sale): Promise<number> {
+    if (this.row.shard === 0) {
+      return this.pool.goodsLeft(sale);
+    }
+    this.poolCalls++;
+    return this.stub(sale, 0)
+      .goodsLeft(sale.goodsId)
+      .catch((error: unknown) => {
+        log.warn('goods_stock.goods_left_failed', { goodsId: sale.goodsId, error });
+        return this.host.sale()?.remaining ?? 0;
+      });
   }
 
   // Every shard but 0.
@@ -237,8 +278,10 @@ export class Leases {
     if (!sale) {
       return { units: 0, remaining: 0 };
     }
+    // A grant ask still unanswered: shard 0 may have answered it with units not yet here.
+    const awaiting = this.row.pending_grant === null ? {} : { awaiting: this.row.pending_grant };
     if (this.row.given_id === reclaimId) {
-      return { units: this.row.given_units, remaining: sale.remaining };
+      return { units: this.row.given_units, remaining: sale.remaining, ...awaiting };
     }
     const units = this.host.storage.transactionSync(() => {
       const n = Math.max(0, Math.min(max, sale.remaining));
@@ -252,7 +295,7 @@ export class Leases {
     if (units > 0) {
       this.host.stockChanged(sale.remaining);
     }
-    return { units, remaining: sale.remaining };
+    return { units, remaining: sale.remaining, ...awaiting };
   }
 
   /** After a release in a shard other than 0: tells shard 0, so a dry shard's sweep finds the unit. */

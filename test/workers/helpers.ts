@@ -1,10 +1,12 @@
-import { createExecutionContext, createMessageBatch, getQueueResult } from 'cloudflare:test';
+import { createExecutionContext, createMessageBatch, getQueueResult, runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { Redis } from '@upstash/redis/cloudflare';
 import { sql as drizzleSql } from 'drizzle-orm';
 import { expect } from 'vitest';
 import type { Db } from '../../db/client';
 import { withDb } from '../../db/client';
+import type { GoodsStock } from '../../durable-objects/goods-stock/index';
+import type { LeaseRow } from '../../durable-objects/goods-stock/lease-store';
 import { goodsStock } from '../../durable-objects/routing';
 import worker from '../../workers/index';
 import { hmacHex } from '../../workers/kernel/crypto';
@@ -418,4 +420,23 @@ export async function pool<T>(n: number, width: number, work: (i: number) => Pro
     }),
   );
   return out;
+}
+
+/**
+ * Shard `to` of a sharded goods asks shard 0 for `units` and shard 0 grants them, but the answer
+ * is slow to arrive: until `land()` (the shard's alarm asking again with the same id and getting
+ * the same answer) no shard counts those units.
+ */
+export async function grantInFlight(goodsId: number, to: number, units: number): Promise<{ land(): Promise<void> }> {
+  const goods = { id: goodsId, locationHint: null };
+  const shard = goodsStock(env, goods, to);
+  type Leases = { row: LeaseRow; save(): void; retryPending(): Promise<void> };
+  const leasesOf = (instance: GoodsStock) => (instance as unknown as { leases: Leases }).leases;
+  const grantId = crypto.randomUUID();
+  await runInDurableObject(shard, (instance: GoodsStock) => {
+    leasesOf(instance).row.pending_grant = grantId;
+    leasesOf(instance).save();
+  });
+  expect(await goodsStock(env, goods, 0).grant(goodsId, to, grantId, units, units, true, 0)).toEqual({ units });
+  return { land: () => runInDurableObject(shard, (instance: GoodsStock) => leasesOf(instance).retryPending()) };
 }

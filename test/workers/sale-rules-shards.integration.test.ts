@@ -6,7 +6,7 @@ import { env } from 'cloudflare:test';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { goodsStock } from '../../durable-objects/routing';
 import { shardOf } from '../../workers/kernel/shards';
-import { ADMIN, bearer, call, devToken, json, reconcileNow, setLimits, settled, tokenFor } from './helpers';
+import { ADMIN, bearer, call, devToken, grantInFlight, json, reconcileNow, setLimits, settled, tokenFor } from './helpers';
 import {
   answerOf,
   changeAllowlist,
@@ -120,6 +120,20 @@ describe(`sale rules on ${SHARDS} stock shards`, () => {
     const s = await settled(goodsId);
     expect(s).toMatchObject({ totalStock: 7, doRemaining: 0, dbStock: 0, orders: { PENDING_PAYMENT: 7 }, consistent: true });
     expect((await shardStats(goodsId)).shards.reduce((n, x) => n + x.remaining, 0)).toBe(0);
+  });
+
+  it('a purchase of 2 waits for a unit on its way to another shard, and gets it with the last other unit', async () => {
+    // Two units: one leased to whichever shard asked first, the other granted by shard 0 to
+    // shard 1 and not arrived yet. A shopper of shard 2 asking for both is not refused while the
+    // second is on its way: the pool takes it back once it lands, and the shopper gets both.
+    const { goodsId } = await createRulesGoods({ stock: 2, perUserLimit: 2, shards: SHARDS });
+    const inFlight = await grantInFlight(goodsId, 1, 1);
+    const shopper = await shopperWithTokens(usersOn('in-flight-two', 2, 1)[0] ?? '', goodsId, 1);
+    const answer = purchaseUnits(shopper.jwt, goodsId, shopper.tokens[0] as { token: string; path: string }, 2).then(answerOf);
+    await new Promise((r) => setTimeout(r, 300));
+    await inFlight.land();
+    expect(await answer).toMatchObject({ status: 202 });
+    expect(await settled(goodsId)).toMatchObject({ doRemaining: 0, dbStock: 0, orders: { PENDING_PAYMENT: 2 }, consistent: true });
   });
 
   it('an allowlisted sharded goods refuses outsiders at the object on every shard', async () => {

@@ -17,6 +17,7 @@ import {
   devToken,
   driveTimeouts,
   eventually,
+  grantInFlight,
   json,
   pool,
   purchaseToken,
@@ -172,6 +173,27 @@ describe('stock shards: a sale', () => {
     const after = await shardSnapshots(goodsId);
     expect(after.map((x) => x?.remaining ?? 0)).toEqual(Array.from({ length: SHARDS }, () => 0));
     expect(after[3]?.confirmed).toBe(STOCK);
+  });
+
+  it('a dry shard waits for units granted to another shard and still on their way there before anyone hears SOLD_OUT', async () => {
+    // One unit over 3 shards: a lease is half the stock spread over them, so shard 0 keeps it at
+    // first. Then shard 1 asks for it and shard 0 answers with it, but the answer is slow to
+    // arrive: for that while no shard counts the unit. A shopper of shard 0 (who sweeps) and one
+    // of shard 2 (who asks shard 0) each buy it: their shard waits for it to land and takes it back.
+    for (const dryShard of [0, 2]) {
+      const { goodsId } = await createGoods({ stock: 1, shards: 3 });
+      const inFlight = await grantInFlight(goodsId, 1, 1);
+      const [shopper] = usersOn(`in-flight-${dryShard}`, dryShard, 3, 1);
+      const jwt = await devToken(shopper ?? '');
+      const { token, path } = await purchaseToken(jwt, goodsId);
+      const answer = call(`/api/seckill/do/${path}`, { method: 'POST', headers: bearer(jwt), json: { goodsId, token } });
+      // The answer reaches shard 1 (its alarm asks again with the same id and gets the same unit).
+      await new Promise((r) => setTimeout(r, 300));
+      await inFlight.land();
+      const res = await answer;
+      expect({ dryShard, status: res.status, body: await json(res) }).toMatchObject({ dryShard, status: 202 });
+      expect(await settled(goodsId)).toMatchObject({ doRemaining: 0, dbStock: 0, orders: { PENDING_PAYMENT: 1 }, consistent: true });
+    }
   });
 
   it('a cancelled unit goes back to its shard and is then sold to a shopper of another shard', async () => {

@@ -230,6 +230,8 @@ export type StockSnapshot = {
   goodsRemaining?: number;
   /** Calls to other shards this instance made (grants asked, give-backs asked): how rarely shards need the pool. */
   poolCalls?: number;
+  /** While one of its batches waits for stock: the units it holds that no such batch wants. */
+  free?: number;
 };
 
 export type ResultView = {

@@ -69,7 +69,7 @@ export function sumSnapshots(shards: (Snapshot | undefined)[]): Snapshot | undef
     return first;
   }
   const sum = (pick: (s: Snapshot) => number) => all.reduce((n, s) => n + pick(s), 0);
-  const { goodsRemaining: _estimate, poolCalls: _calls, shard: _shard, ...settings } = first;
+  const { goodsRemaining: _estimate, poolCalls: _calls, shard: _shard, free: _free, ...settings } = first;
   return {
     ...settings,
     remaining: sum((s) => s.remaining),
