@@ -20,6 +20,8 @@ const GATHER_MS = 1_500;
 export type Grant = { units: number };
 /** A shard's answer to shard 0's give-back; `awaiting` is the id of its grant ask still unanswered, if any. */
 export type GiveBack = { units: number; remaining: number; awaiting?: string };
+/** A shard's ask for a lease, as shard 0 answers it. */
+type GrantAsk = { from: number; grantId: string; want: number; need: number; dry: boolean; reported: number };
 /** What a sweep saw: whether a shard asked had units granted to it still on their way. */
 export type Sweep = { inFlight: boolean };
 
@@ -45,6 +47,8 @@ export type PoolContext = {
 export class LeasePool {
   private sweeping: Promise<Sweep> | undefined;
   private reading: Promise<number> | undefined;
+  /** Units dry asks being answered want (their shards' waiting shoppers). */
+  private asked = 0;
   /** Shard 0 had to sweep: the stock left is handed out in shares (in memory: it only saves calls). */
   private endgame = false;
 
@@ -61,9 +65,21 @@ export class LeasePool {
       return prior;
     }
     this.c.store.saveReport(from, reported);
-    if (dry) {
-      await this.gather(sale, from, need);
+    const ask: GrantAsk = { from, grantId, want, need, dry, reported };
+    if (!dry) {
+      return this.answer(sale, ask);
     }
+    this.asked += need;
+    try {
+      await this.gather(sale, from, need);
+      return this.answer(sale, ask);
+    } finally {
+      this.asked -= need;
+    }
+  }
+
+  /** Shard 0's answer to an ask, once a dry one has gathered what it could. */
+  private answer(sale: Sale, { from, grantId, want, need, dry, reported }: GrantAsk): Grant {
     const current = this.c.sale() ?? sale;
     // A background ask leaves shard 0 a lease of its own, and gets nothing in the endgame; a dry
     // ask gets a lease, or in the endgame its need or a fair share of what is left.
@@ -103,10 +119,10 @@ export class LeasePool {
    * several units tells the shopper, so asked only then, at the end of a sale. Shard 0 reads it
    * so that no unit is counted twice: no give-back runs meanwhile (a sweep waits for the read,
    * the read for a running sweep), and the others are read before shard 0's own units (a grant
-   * leaves shard 0 before it reaches its shard). Units a shard's waiting shoppers want count
-   * nowhere: those it holds for a batch waiting for stock, and those granted and still on their
-   * way (at the end of a sale they answer a dry shard's ask). A shard that does not answer
-   * counts none. Concurrent askers share a read.
+   * leaves shard 0 before it reaches its shard). Units waiting shoppers want count nowhere:
+   * those a shard holds for a batch waiting for stock, those shard 0 gathers for a dry ask, and
+   * those granted and still on their way (at the end of a sale they answer a dry ask). A shard
+   * that does not answer counts none. Concurrent askers share a read.
    */
   async goodsLeft(sale: Sale): Promise<number> {
     while (this.sweeping) {
@@ -132,7 +148,8 @@ export class LeasePool {
           .catch(() => undefined),
       ),
     );
-    return figures.reduce((n, s) => n + (s?.free ?? s?.remaining ?? 0), this.c.free(this.c.sale() ?? sale));
+    const own = Math.max(0, this.c.free(this.c.sale() ?? sale) - this.asked);
+    return figures.reduce((n, s) => n + (s?.free ?? s?.remaining ?? 0), own);
   }
 
   /** Shard 0's own units plus what the others last reported (an upper bound while they sell). */
