@@ -108,6 +108,10 @@ export class GoodsStock extends DurableObject<Env> {
       if (restored > 0) {
         this.ensureAlarm(now);
       }
+      if (this.leases.pending) {
+        // The instance before lost an answer between shards (a grant or give-back): ask again soon.
+        this.ensureAlarm(Date.now() + 100);
+      }
       if (this.mirror.staleSinceMs !== null) {
         // The previous instance left the mirror behind: the alarm rewrites it.
         this.ensureAlarm(Date.now() + 1_000);
@@ -184,16 +188,15 @@ export class GoodsStock extends DurableObject<Env> {
     // A stock shard that cannot cover the batch's units asks for stock first, until it can or
     // none comes: a purchase of several units is refused only once the goods as a whole lacks them.
     const units = items.reduce((n, item) => n + quantityOf(item), 0);
-    if (this.leases.short(units)) {
-      await this.leases.cover(units, () => saleIsOn(loaded, Date.now()));
-    }
+    // Short after asks that could not reach every unit: the shoppers left out retry (BUSY).
+    const soldOutKnown = !this.leases.short(units) || (await this.leases.cover(units, () => saleIsOn(loaded, Date.now())));
     const sale = this.sale ?? loaded;
     const now = Date.now();
     let accepted = 0;
     let outcomes: ReserveOutcome[];
     try {
       outcomes = this.ctx.storage.transactionSync(() => {
-        const answers = reserveBatch(this.reservations, sale, items, now);
+        const answers = reserveBatch(this.reservations, sale, items, now, soldOutKnown);
         accepted = answers.filter((o) => o.ok && !o.replay).length;
         if (accepted > 0) {
           this.store.saveStock(sale);

@@ -16,14 +16,17 @@ import type { Sale } from './storage';
 const IN_FLIGHT_WAIT_MS = 25;
 const GATHER_MS = 1_500;
 
-/** Shard 0's answer to a lease ask. */
-export type Grant = { units: number };
+/**
+ * Shard 0's answer to a lease ask; `unsure` when a dry ask's sweep could not reach every unit
+ * (a shard did not answer, or units were still on their way): its shortfall is not a sell-out.
+ */
+export type Grant = { units: number; unsure?: true };
 /** A shard's answer to shard 0's give-back; `awaiting` is the id of its grant ask still unanswered, if any. */
 export type GiveBack = { units: number; remaining: number; awaiting?: string };
 /** A shard's ask for a lease, as shard 0 answers it. */
 type GrantAsk = { from: number; grantId: string; want: number; need: number; dry: boolean; reported: number };
-/** What a sweep saw: whether a shard asked had units granted to it still on their way. */
-export type Sweep = { inFlight: boolean };
+/** What a sweep saw: whether a shard asked had units granted to it still on their way, and whether one did not answer. */
+export type Sweep = { inFlight: boolean; failed: boolean };
 
 /** What the pool shares with its object's lease logic (leases.ts). */
 export type PoolContext = {
@@ -46,6 +49,8 @@ export type PoolContext = {
 
 export class LeasePool {
   private sweeping: Promise<Sweep> | undefined;
+  /** The shard the running sweep does not ask (its asker). */
+  private sweepExclude = -1;
   private reading: Promise<number> | undefined;
   /** Units dry asks being answered want (their shards' waiting shoppers). */
   private asked = 0;
@@ -71,8 +76,9 @@ export class LeasePool {
     }
     this.asked += need;
     try {
-      await this.gather(sale, from, need);
-      return this.answer(sale, ask);
+      const sure = await this.gather(sale, from, need);
+      const granted = this.answer(sale, ask);
+      return sure ? granted : { ...granted, unsure: true };
     } finally {
       this.asked -= need;
     }
@@ -160,45 +166,62 @@ export class LeasePool {
   /**
    * Sweeps until shard 0 holds `need` units (a dry ask's, or its own shoppers'): again at once
    * after a sweep that found some (another asker's grant may have taken them), again after a
-   * moment while units granted to a shard are still on their way to it, for at most GATHER_MS.
-   * A sweep that finds nothing, with nothing on its way, ends it.
+   * moment while units granted to a shard are still on their way to it or a shard did not
+   * answer, for at most GATHER_MS. A sweep that finds nothing, with nothing on its way and every
+   * shard answering, ends it. False when the last sweep could not reach every unit.
    */
-  async gather(sale: Sale, exclude: number, need: number): Promise<void> {
+  async gather(sale: Sale, exclude: number, need: number): Promise<boolean> {
     const until = Date.now() + GATHER_MS;
+    let sure = true;
     while (sale.remaining < need && Date.now() < until) {
       const before = sale.remaining;
-      const { inFlight } = await this.sweep(sale, exclude);
+      const { inFlight, failed } = await this.sweep(sale, exclude);
+      sure = !inFlight && !failed;
       if (sale.remaining > before) {
         continue;
       }
-      if (!inFlight) {
+      if (sure) {
         break;
       }
       await new Promise((resolve) => setTimeout(resolve, IN_FLIGHT_WAIT_MS));
     }
+    return sure || sale.remaining >= need;
   }
 
   /**
    * The endgame: takes every free unit back from the other shards (except `exclude`), all at
    * once (those that reported none only if the rest had nothing). From then on shard 0 hands dry
    * shards fair shares of what is left rather than leases, so the last units stay where every
-   * shard can reach them. Single-flight: a second caller shares the running sweep and its answer.
+   * shard can reach them. Single-flight: a second caller excluding the same shard shares the
+   * running sweep and its answer; one excluding another waits for it and sweeps again.
    */
   async sweep(sale: Sale, exclude: number): Promise<Sweep> {
-    while (this.reading) {
-      await this.reading;
-    }
-    if (this.sweeping) {
-      return this.sweeping;
+    for (;;) {
+      if (this.reading) {
+        await this.reading;
+      } else if (!this.sweeping) {
+        break;
+      } else if (this.sweepExclude === exclude) {
+        return this.sweeping;
+      } else {
+        // The running sweep skips a shard this caller needs asked (its own asker's).
+        await this.sweeping;
+      }
     }
     this.endgame = true;
+    this.sweepExclude = exclude;
     this.sweeping = (async (): Promise<Sweep> => {
-      const others = Array.from({ length: this.c.place().shards - 1 }, (_, i) => i + 1).filter((j) => j !== exclude);
+      // The excluded shard (the asker) too when a give-back of its is still uncredited (its answer
+      // lost): asked again with the same id, it hands over the same units and no more.
+      const pending = new Set(this.c.store.pendingReclaims());
+      const others = Array.from({ length: this.c.place().shards - 1 }, (_, i) => i + 1).filter((j) => j !== exclude || pending.has(j));
       const reported = this.c.store.reports();
       let inFlight = false;
+      let failed = false;
       const ask = async (shards: number[]) => {
-        const replies = await Promise.all(shards.map((j) => this.reclaimFrom(sale, j, sale.totalStock)));
+        const replies = await Promise.all(shards.map((j) => this.reclaimFrom(sale, j, j === exclude ? 0 : sale.totalStock)));
         inFlight ||= replies.some((r) => r.inFlight);
+        failed ||= replies.some((r) => r.failed);
         return replies.reduce((n, r) => n + r.credited, 0);
       };
       // A shard that last reported nothing is asked only when the others had nothing either: its
@@ -206,7 +229,7 @@ export class LeasePool {
       if ((await ask(others.filter((j) => reported.get(j) !== 0))) === 0) {
         await ask(others.filter((j) => reported.get(j) === 0));
       }
-      return { inFlight };
+      return { inFlight, failed };
     })().finally(() => {
       this.sweeping = undefined;
     });
@@ -215,10 +238,10 @@ export class LeasePool {
 
   /**
    * One give-back from shard `j`, credited once; an unanswered one stays pending for the alarm.
-   * The units credited, and whether units granted to `j` are still on their way to it (its
-   * grant ask unanswered, and shard 0 has answered it with units).
+   * The units credited, whether units granted to `j` are still on their way to it (its grant
+   * ask unanswered, and shard 0 has answered it with units), and whether `j` did not answer.
    */
-  async reclaimFrom(sale: Sale, j: number, max: number): Promise<{ credited: number; inFlight: boolean }> {
+  async reclaimFrom(sale: Sale, j: number, max: number): Promise<{ credited: number; inFlight: boolean; failed: boolean }> {
     let id = this.c.store.pendingReclaim(j);
     if (!id) {
       id = crypto.randomUUID();
@@ -232,7 +255,7 @@ export class LeasePool {
     } catch (error) {
       log.warn('goods_stock.give_back_failed', { goodsId: sale.goodsId, shard: j, error });
       this.c.retryAt(Date.now() + 1_000);
-      return { credited: 0, inFlight: false };
+      return { credited: 0, inFlight: false, failed: true };
     }
     const granted = reply.awaiting === undefined ? undefined : this.c.store.lastGrant(j);
     const inFlight = granted !== undefined && granted.grantId === reply.awaiting && granted.units > 0;
@@ -250,6 +273,6 @@ export class LeasePool {
     if (credited > 0) {
       this.c.stockChanged(current.remaining);
     }
-    return { credited, inFlight };
+    return { credited, inFlight, failed: false };
   }
 }

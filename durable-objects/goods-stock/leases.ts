@@ -41,7 +41,7 @@ export type LeaseHost = {
 
 export class Leases {
   private row: LeaseRow = { shard: 0, shards: 1, location_hint: null, pending_grant: null, given_id: null, given_units: 0 };
-  private refilling: Promise<void> | undefined;
+  private refilling: Promise<boolean> | undefined;
   /** Units this shard's batches waiting for stock want (cover). */
   private wanted = 0;
   private emptyUntil = 0;
@@ -139,19 +139,25 @@ export class Leases {
    * most (its shoppers wait; `on` says the sale still is). Meanwhile its units are wanted: the
    * goods' figure a refusal gives leaves them out (`free`). The caller checks again, with no
    * await between that check and its transaction, since another batch may take them first.
-   * Never throws: a shard that got nothing answers from what it has.
+   * Never throws. False when the last ask could not reach every unit (a shard did not answer,
+   * or units were still on their way): then a shortfall is not the goods' sell-out, and the
+   * shoppers it leaves out are told to retry, not SOLD_OUT.
    */
-  async cover(units: number, on: () => boolean): Promise<void> {
+  async cover(units: number, on: () => boolean): Promise<boolean> {
     this.wanted += units;
+    let sure = true;
     try {
       for (let round = 0; round < 3 && on() && this.short(units); round++) {
-        if (!(await this.fill(units))) {
+        const filled = await this.fill(units);
+        sure = filled.sure;
+        if (!filled.gained && sure) {
           break;
         }
       }
     } finally {
       this.wanted -= units;
     }
+    return sure;
   }
 
   /** This shard's units not wanted by one of its batches waiting for stock. */
@@ -159,23 +165,20 @@ export class Leases {
     return Math.max(0, sale.remaining - this.wanted);
   }
 
-  /** Asks for stock once (shard 0 sweeps the other shards): true when it got some. */
-  private async fill(need: number): Promise<boolean> {
+  /** Asks for stock once (shard 0 sweeps the other shards): whether it got some, and whether the ask reached every unit. */
+  private async fill(need: number): Promise<{ gained: boolean; sure: boolean }> {
     const sale = this.host.sale();
     if (!sale) {
-      return false;
+      return { gained: false, sure: true };
     }
     const before = sale.remaining;
+    let sure = false;
     try {
-      if (this.row.shard === 0) {
-        await this.pool.gather(sale, 0, need);
-      } else {
-        await this.refill(need, true);
-      }
+      sure = this.row.shard === 0 ? await this.pool.gather(sale, 0, need) : await this.refill(need, true);
     } catch (error) {
       log.warn('goods_stock.dry_refill_failed', { goodsId: sale.goodsId, shard: this.row.shard, error });
     }
-    return (this.host.sale()?.remaining ?? 0) > before;
+    return { gained: (this.host.sale()?.remaining ?? 0) > before, sure };
   }
 
   /** After a batch: a shard running low refills in the background, off the shoppers' path. */
@@ -191,13 +194,16 @@ export class Leases {
     }
   }
 
-  /** Asks shard 0 for a lease (single-flight: a second asker shares the first ask, then asks again if still short). */
-  private async refill(need: number, dry: boolean): Promise<void> {
+  /**
+   * Asks shard 0 for a lease (single-flight: a second asker shares the first ask, then asks
+   * again if still short). False when shard 0's answer could not reach every unit.
+   */
+  private async refill(need: number, dry: boolean): Promise<boolean> {
     while (this.refilling) {
-      await this.refilling;
+      const sure = await this.refilling;
       const sale = this.host.sale();
       if (!sale || sale.remaining >= Math.max(1, need)) {
-        return;
+        return sure;
       }
     }
     this.refilling = this.askGrant(need, dry).finally(() => {
@@ -206,10 +212,10 @@ export class Leases {
     return this.refilling;
   }
 
-  private async askGrant(need: number, dry: boolean): Promise<void> {
+  private async askGrant(need: number, dry: boolean): Promise<boolean> {
     const sale = this.host.sale();
     if (!sale) {
-      return;
+      return true;
     }
     let grantId = this.row.pending_grant;
     if (!grantId) {
@@ -228,7 +234,7 @@ export class Leases {
     }
     const now = this.host.sale();
     if (!now || this.row.pending_grant !== grantId) {
-      return;
+      return grant.unsure !== true;
     }
     this.host.storage.transactionSync(() => {
       now.remaining += grant.units;
@@ -241,6 +247,7 @@ export class Leases {
     } else {
       this.host.stockChanged(now.remaining);
     }
+    return grant.unsure !== true;
   }
 
   /** A snapshot as a shard of a sharded goods tells it: its place, its pool calls, and (shard 0) the goods' figure. */

@@ -12,8 +12,12 @@ import type { Sale, StockStorage } from './storage';
  * what the ones before it in the batch wrote (a spent token, a shopper's units, a keyed answer),
  * but the rows are read once up front and written once at the end (reserve-store.ts). Runs
  * inside the caller's transaction; the in-memory sale moves with the decisions.
+ *
+ * `soldOutKnown` false: the shard is short after asks that could not reach every unit of the
+ * goods, so a shopper its stock cannot cover is told BUSY (retry), with the token unspent and
+ * nothing kept for the key, rather than SOLD_OUT.
  */
-export function reserveBatch(store: ReserveStore, sale: Sale, items: ReserveItem[], now: number): ReserveOutcome[] {
+export function reserveBatch(store: ReserveStore, sale: Sale, items: ReserveItem[], now: number, soldOutKnown = true): ReserveOutcome[] {
   const read = store.read(items, sale.eligibility === 'allowlist');
   const writes: BatchWrites = { spentTokens: [], reservations: [], holders: [], outbox: [] };
   const view: ReservationView = {
@@ -35,6 +39,9 @@ export function reserveBatch(store: ReserveStore, sale: Sale, items: ReserveItem
       return decision.orderId
         ? { ok: true, requestId: item.requestId, orderId: decision.orderId, replay: true }
         : { ok: false, requestId: item.requestId, reason: decision.reason ?? 'BUSY', replay: true };
+    }
+    if (decision.kind === 'reject' && decision.reason === 'SOLD_OUT' && !soldOutKnown) {
+      return { ok: false, requestId: item.requestId, reason: 'BUSY', replay: false };
     }
     if (decision.kind === 'reject') {
       if (decision.spendToken) {

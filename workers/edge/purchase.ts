@@ -158,5 +158,8 @@ export function refusal(reason: FailReason, remaining?: number): AppError {
   if (reason === 'SOLD_OUT' && remaining) {
     return new AppError('SOLD_OUT', `only ${remaining} left: ask for ${remaining} or fewer`, {}, { remaining });
   }
+  if (reason === 'BUSY') {
+    return new AppError('BUSY', undefined, { 'retry-after': '1' });
+  }
   return new AppError(REASON_CODE[reason]);
 }
