@@ -105,12 +105,9 @@ export class GoodsStock extends DurableObject<Env> {
       this.mirror.load(this.store.mirrorState());
       this.keyedAccepts.load(this.store.keyedAcceptedSince(now - ACCEPTED_KEYED_WINDOW_MS, this.keyedAccepts.loadLimit));
       this.alarmAt = await ctx.storage.getAlarm();
-      if (restored > 0) {
+      if (restored > 0 || this.leases.pending) {
+        // Rows to send, or an answer between shards (a grant or give-back) the instance before lost.
         this.ensureAlarm(now);
-      }
-      if (this.leases.pending) {
-        // The instance before lost an answer between shards (a grant or give-back): ask again soon.
-        this.ensureAlarm(Date.now() + 100);
       }
       if (this.mirror.staleSinceMs !== null) {
         // The previous instance left the mirror behind: the alarm rewrites it.
@@ -175,10 +172,7 @@ export class GoodsStock extends DurableObject<Env> {
     return outcome;
   }
 
-  /**
-   * Reserves for a batch of shoppers (one isolate's group commit, or a single request).
-   * All checks and writes happen in one synchronous transaction, in arrival order.
-   */
+  /** Reserves for a batch of shoppers (one isolate's group commit, or a single request), in one transaction (commitBatch). */
   async reserveMany(goodsId: number, items: ReserveItem[], shard = 0): Promise<ReserveOutcome[]> {
     this.reserveRequests += items.length;
     const loaded = await this.ensureSale(goodsId, shard);
@@ -188,26 +182,12 @@ export class GoodsStock extends DurableObject<Env> {
     // A stock shard that cannot cover the batch's units asks for stock first, until it can or
     // none comes: a purchase of several units is refused only once the goods as a whole lacks them.
     const units = items.reduce((n, item) => n + quantityOf(item), 0);
-    // Short after asks that could not reach every unit: the shoppers left out retry (BUSY).
-    const soldOutKnown = !this.leases.short(units) || (await this.leases.cover(units, () => saleIsOn(loaded, Date.now())));
-    const sale = this.sale ?? loaded;
-    const now = Date.now();
-    let accepted = 0;
-    let outcomes: ReserveOutcome[];
-    try {
-      outcomes = this.ctx.storage.transactionSync(() => {
-        const answers = reserveBatch(this.reservations, sale, items, now, soldOutKnown);
-        accepted = answers.filter((o) => o.ok && !o.replay).length;
-        if (accepted > 0) {
-          this.store.saveStock(sale);
-        }
-        return answers;
-      });
-    } catch (error) {
-      // The transaction rolled back; the in-memory copy may have moved ahead of it.
-      this.sale = this.store.readSale();
-      throw error;
-    }
+    const commit = (soldOutKnown: boolean) => this.commitBatch(loaded, items, soldOutKnown);
+    const short = this.leases.short(units);
+    const { sale, now, accepted, ...decided } = short
+      ? await this.leases.cover(units, () => saleIsOn(loaded, Date.now()), commit)
+      : commit(true);
+    let { outcomes } = decided;
     if (accepted > 0) {
       this.ensureAlarm(now + OUTBOX_ALARM_DELAY_MS);
       // The rows are committed; sending them soon, with the next calls' rows, only shortens
@@ -223,6 +203,26 @@ export class GoodsStock extends DurableObject<Env> {
     countDecisions(sale.goodsId, items, outcomes);
     scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));
     return this.keyedAccepts.answer(items, outcomes, now);
+  }
+
+  /** A batch's one synchronous transaction: every check and write, in arrival order. */
+  private commitBatch(loaded: Sale, items: ReserveItem[], soldOutKnown: boolean) {
+    const sale = this.sale ?? loaded;
+    const now = Date.now();
+    try {
+      const outcomes = this.ctx.storage.transactionSync(() => {
+        const answers = reserveBatch(this.reservations, sale, items, now, soldOutKnown);
+        if (answers.some((o) => o.ok && !o.replay)) {
+          this.store.saveStock(sale);
+        }
+        return answers;
+      });
+      return { sale, now, outcomes, accepted: outcomes.filter((o) => o.ok && !o.replay).length };
+    } catch (error) {
+      // The transaction rolled back; the in-memory copy may have moved ahead of it.
+      this.sale = this.store.readSale();
+      throw error;
+    }
   }
 
   // Stock shards (leases.ts): shard 0 answers grant and report, the others giveBack.

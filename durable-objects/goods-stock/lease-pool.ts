@@ -25,8 +25,16 @@ export type Grant = { units: number; unsure?: true };
 export type GiveBack = { units: number; remaining: number; awaiting?: string };
 /** A shard's ask for a lease, as shard 0 answers it. */
 type GrantAsk = { from: number; grantId: string; want: number; need: number; dry: boolean; reported: number };
-/** What a sweep saw: whether a shard asked had units granted to it still on their way, and whether one did not answer. */
-export type Sweep = { inFlight: boolean; failed: boolean };
+/**
+ * What a sweep (or one give-back) came to: the units credited to shard 0, whether a shard asked
+ * had units granted to it still on their way, and whether one did not answer.
+ */
+export type Sweep = { credited: number; inFlight: boolean; failed: boolean };
+/**
+ * What asks for stock came to: the units they brought (another batch may have taken them since),
+ * and whether they reached every unit (false: a shortfall is not the goods' sell-out).
+ */
+export type Gathered = { units: number; sure: boolean };
 
 /** What the pool shares with its object's lease logic (leases.ts). */
 export type PoolContext = {
@@ -52,6 +60,8 @@ export class LeasePool {
   /** The shard the running sweep does not ask (its asker). */
   private sweepExclude = -1;
   private reading: Promise<number> | undefined;
+  /** The give-back being asked of each shard. */
+  private readonly reclaiming = new Map<number, Promise<Sweep>>();
   /** Units dry asks being answered want (their shards' waiting shoppers). */
   private asked = 0;
   /** Shard 0 had to sweep: the stock left is handed out in shares (in memory: it only saves calls). */
@@ -76,7 +86,7 @@ export class LeasePool {
     }
     this.asked += need;
     try {
-      const sure = await this.gather(sale, from, need);
+      const { sure } = await this.gather(sale, from, need);
       const granted = this.answer(sale, ask);
       return sure ? granted : { ...granted, unsure: true };
     } finally {
@@ -168,16 +178,17 @@ export class LeasePool {
    * after a sweep that found some (another asker's grant may have taken them), again after a
    * moment while units granted to a shard are still on their way to it or a shard did not
    * answer, for at most GATHER_MS. A sweep that finds nothing, with nothing on its way and every
-   * shard answering, ends it. False when the last sweep could not reach every unit.
+   * shard answering, ends it. Not sure when the last sweep could not reach every unit.
    */
-  async gather(sale: Sale, exclude: number, need: number): Promise<boolean> {
+  async gather(sale: Sale, exclude: number, need: number): Promise<Gathered> {
     const until = Date.now() + GATHER_MS;
     let sure = true;
+    let units = 0;
     while (sale.remaining < need && Date.now() < until) {
-      const before = sale.remaining;
-      const { inFlight, failed } = await this.sweep(sale, exclude);
-      sure = !inFlight && !failed;
-      if (sale.remaining > before) {
+      const swept = await this.sweep(sale, exclude);
+      units += swept.credited;
+      sure = !swept.inFlight && !swept.failed;
+      if (swept.credited > 0) {
         continue;
       }
       if (sure) {
@@ -185,7 +196,7 @@ export class LeasePool {
       }
       await new Promise((resolve) => setTimeout(resolve, IN_FLIGHT_WAIT_MS));
     }
-    return sure || sale.remaining >= need;
+    return { units, sure: sure || sale.remaining >= need };
   }
 
   /**
@@ -216,20 +227,22 @@ export class LeasePool {
       const pending = new Set(this.c.store.pendingReclaims());
       const others = Array.from({ length: this.c.place().shards - 1 }, (_, i) => i + 1).filter((j) => j !== exclude || pending.has(j));
       const reported = this.c.store.reports();
-      let inFlight = false;
-      let failed = false;
+      const swept: Sweep = { credited: 0, inFlight: false, failed: false };
       const ask = async (shards: number[]) => {
-        const replies = await Promise.all(shards.map((j) => this.reclaimFrom(sale, j, j === exclude ? 0 : sale.totalStock)));
-        inFlight ||= replies.some((r) => r.inFlight);
-        failed ||= replies.some((r) => r.failed);
-        return replies.reduce((n, r) => n + r.credited, 0);
+        const replies = await Promise.all(shards.map((j) => this.reclaimFrom(sale, j, sale.totalStock, j === exclude)));
+        for (const r of replies) {
+          swept.credited += r.credited;
+          swept.inFlight ||= r.inFlight;
+          swept.failed ||= r.failed;
+        }
       };
       // A shard that last reported nothing is asked only when the others had nothing either: its
       // figure is a hint (a release's report may be lost), not a fact.
-      if ((await ask(others.filter((j) => reported.get(j) !== 0))) === 0) {
+      await ask(others.filter((j) => reported.get(j) !== 0));
+      if (swept.credited === 0) {
         await ask(others.filter((j) => reported.get(j) === 0));
       }
-      return { inFlight, failed };
+      return swept;
     })().finally(() => {
       this.sweeping = undefined;
     });
@@ -240,9 +253,28 @@ export class LeasePool {
    * One give-back from shard `j`, credited once; an unanswered one stays pending for the alarm.
    * The units credited, whether units granted to `j` are still on their way to it (its grant
    * ask unanswered, and shard 0 has answered it with units), and whether `j` did not answer.
+   * `replay` asks a pending one again with its id and nothing more to give (an unanswered ask
+   * may never have arrived), and none at all once it is answered. Give-backs from one shard go
+   * one at a time: a replay sharing an id with a sweep's ask could arrive first and make the
+   * sweep's answer none while the shard holds units.
    */
-  async reclaimFrom(sale: Sale, j: number, max: number): Promise<{ credited: number; inFlight: boolean; failed: boolean }> {
-    let id = this.c.store.pendingReclaim(j);
+  async reclaimFrom(sale: Sale, j: number, max: number, replay = false): Promise<Sweep> {
+    for (let prior = this.reclaiming.get(j); prior; prior = this.reclaiming.get(j)) {
+      await prior.catch(() => undefined);
+    }
+    const pending = this.c.store.pendingReclaim(j);
+    if (replay && !pending) {
+      return { credited: 0, inFlight: false, failed: false };
+    }
+    const run = this.askGiveBack(sale, j, replay ? 0 : max, pending).finally(() => {
+      this.reclaiming.delete(j);
+    });
+    this.reclaiming.set(j, run);
+    return run;
+  }
+
+  private async askGiveBack(sale: Sale, j: number, max: number, pending: string | undefined): Promise<Sweep> {
+    let id = pending;
     if (!id) {
       id = crypto.randomUUID();
       this.c.store.savePendingReclaim(j, id);

@@ -2,7 +2,7 @@ import type { StockSnapshot } from '../../workers/kernel/contract';
 import { log } from '../../workers/kernel/log';
 import { leaseChunk } from '../../workers/kernel/shards';
 import { goodsStock } from '../routing';
-import { type GiveBack, type Grant, LeasePool } from './lease-pool';
+import { type Gathered, type GiveBack, type Grant, LeasePool } from './lease-pool';
 import { type LeaseRow, LeaseStore } from './lease-store';
 import type { Sale } from './storage';
 
@@ -41,7 +41,7 @@ export type LeaseHost = {
 
 export class Leases {
   private row: LeaseRow = { shard: 0, shards: 1, location_hint: null, pending_grant: null, given_id: null, given_units: 0 };
-  private refilling: Promise<boolean> | undefined;
+  private refilling: Promise<Gathered> | undefined;
   /** Units this shard's batches waiting for stock want (cover). */
   private wanted = 0;
   private emptyUntil = 0;
@@ -136,28 +136,29 @@ export class Leases {
 
   /**
    * A batch this shard cannot cover asks for stock until it can or none comes, three asks at
-   * most (its shoppers wait; `on` says the sale still is). Meanwhile its units are wanted: the
-   * goods' figure a refusal gives leaves them out (`free`). The caller checks again, with no
-   * await between that check and its transaction, since another batch may take them first.
-   * Never throws. False when the last ask could not reach every unit (a shard did not answer,
-   * or units were still on their way): then a shortfall is not the goods' sell-out, and the
-   * shoppers it leaves out are told to retry, not SOLD_OUT.
+   * most (its shoppers wait; `on` says the sale still is), then runs `commit`, its transaction,
+   * with no await after the last check: units that came may have gone to another of this
+   * shard's batches on the way back (batches share an ask), and the loop then asks again.
+   * Meanwhile its units are wanted: the goods' figure a refusal gives leaves them out (`free`).
+   * `commit` is told whether a shortfall is the goods' sell-out: not when the last ask could
+   * not reach every unit (a shard did not answer, or units were still on their way); the
+   * shoppers it leaves out then retry, not SOLD_OUT. Asks never throw.
    */
-  async cover(units: number, on: () => boolean): Promise<boolean> {
+  async cover<T>(units: number, on: () => boolean, commit: (soldOutKnown: boolean) => T): Promise<T> {
     this.wanted += units;
-    let sure = true;
+    let known = true;
     try {
       for (let round = 0; round < 3 && on() && this.short(units); round++) {
         const filled = await this.fill(units);
-        sure = filled.sure;
-        if (!filled.gained && sure) {
+        known = filled.sure;
+        if (filled.units === 0 && filled.sure) {
           break;
         }
       }
     } finally {
       this.wanted -= units;
     }
-    return sure;
+    return commit(known);
   }
 
   /** This shard's units not wanted by one of its batches waiting for stock. */
@@ -165,20 +166,18 @@ export class Leases {
     return Math.max(0, sale.remaining - this.wanted);
   }
 
-  /** Asks for stock once (shard 0 sweeps the other shards): whether it got some, and whether the ask reached every unit. */
-  private async fill(need: number): Promise<{ gained: boolean; sure: boolean }> {
+  /** Asks for stock once (shard 0 sweeps the other shards). */
+  private async fill(need: number): Promise<Gathered> {
     const sale = this.host.sale();
     if (!sale) {
-      return { gained: false, sure: true };
+      return { units: 0, sure: true };
     }
-    const before = sale.remaining;
-    let sure = false;
     try {
-      sure = this.row.shard === 0 ? await this.pool.gather(sale, 0, need) : await this.refill(need, true);
+      return this.row.shard === 0 ? await this.pool.gather(sale, 0, need) : await this.refill(need, true);
     } catch (error) {
       log.warn('goods_stock.dry_refill_failed', { goodsId: sale.goodsId, shard: this.row.shard, error });
+      return { units: 0, sure: false };
     }
-    return { gained: (this.host.sale()?.remaining ?? 0) > before, sure };
   }
 
   /** After a batch: a shard running low refills in the background, off the shoppers' path. */
@@ -196,14 +195,14 @@ export class Leases {
 
   /**
    * Asks shard 0 for a lease (single-flight: a second asker shares the first ask, then asks
-   * again if still short). False when shard 0's answer could not reach every unit.
+   * again if still short).
    */
-  private async refill(need: number, dry: boolean): Promise<boolean> {
+  private async refill(need: number, dry: boolean): Promise<Gathered> {
     while (this.refilling) {
-      const sure = await this.refilling;
+      const shared = await this.refilling;
       const sale = this.host.sale();
       if (!sale || sale.remaining >= Math.max(1, need)) {
-        return sure;
+        return shared;
       }
     }
     this.refilling = this.askGrant(need, dry).finally(() => {
@@ -212,10 +211,10 @@ export class Leases {
     return this.refilling;
   }
 
-  private async askGrant(need: number, dry: boolean): Promise<boolean> {
+  private async askGrant(need: number, dry: boolean): Promise<Gathered> {
     const sale = this.host.sale();
     if (!sale) {
-      return true;
+      return { units: 0, sure: true };
     }
     let grantId = this.row.pending_grant;
     if (!grantId) {
@@ -233,8 +232,10 @@ export class Leases {
       throw error;
     }
     const now = this.host.sale();
+    const gathered = { units: grant.units, sure: grant.unsure !== true };
     if (!now || this.row.pending_grant !== grantId) {
-      return grant.unsure !== true;
+      // Credited by an ask with the same id that was answered first (the alarm's).
+      return gathered;
     }
     this.host.storage.transactionSync(() => {
       now.remaining += grant.units;
@@ -247,7 +248,7 @@ export class Leases {
     } else {
       this.host.stockChanged(now.remaining);
     }
-    return grant.unsure !== true;
+    return gathered;
   }
 
   /** A snapshot as a shard of a sharded goods tells it: its place, its pool calls, and (shard 0) the goods' figure. */
@@ -328,7 +329,7 @@ export class Leases {
       await this.refill(0, false).catch(() => undefined);
     }
     for (const shard of this.store.pendingReclaims()) {
-      await this.pool.reclaimFrom(sale, shard, 0);
+      await this.pool.reclaimFrom(sale, shard, 0, true);
     }
   }
 }

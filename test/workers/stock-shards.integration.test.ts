@@ -218,6 +218,82 @@ describe('stock shards: a sale', () => {
     expect(await settled(goodsId)).toMatchObject({ doRemaining: 0, orders: { PENDING_PAYMENT: 1 }, consistent: true });
   });
 
+  it('two batches of one dry shard share an ask: the one whose units the other took asks again, and neither hears SOLD_OUT', async () => {
+    // 6 units over 3 shards, arranged: shard 1 none, shard 2 one, the pool five. Shard 1 gets a
+    // batch of five shoppers and, at the same time, a batch of one: both are short, they share
+    // one ask, it brings five, and the batch of five takes them on the way back. The batch of one
+    // must ask again (shard 0 then takes the unit back from shard 2), not answer SOLD_OUT.
+    const STOCK = 6;
+    const { goodsId } = await createGoods({ stock: STOCK, shards: 3 });
+    const goods = { id: goodsId, locationHint: null };
+    type Pool = { leases: { pool: { reclaimFrom(sale: unknown, j: number, max: number): Promise<unknown> } }; sale: { remaining: number } };
+    const pool0 = await runInDurableObject(goodsStock(env, goods, 0), async (instance: GoodsStock) => {
+      const { leases, sale } = instance as unknown as Pool;
+      await leases.pool.reclaimFrom(sale, 1, STOCK);
+      await leases.pool.reclaimFrom(sale, 2, STOCK);
+      return sale.remaining;
+    });
+    expect(pool0).toBe(STOCK);
+    await (await grantInFlight(goodsId, 2, 1)).land();
+    const at = Date.now() + 60_000;
+    const items = usersOn('shared-ask', 1, 3, 6).map((userId, i) => ({
+      requestId: `${goodsId}.${String(i).padStart(22, 'g')}`,
+      userId,
+      tokenId: `shared-ask-${goodsId}-${i}`,
+      tokenExpiresAt: at,
+      keyed: false,
+    }));
+    const shard1 = goodsStock(env, goods, 1);
+    const [five, one] = await Promise.all([
+      shard1.reserveMany(goodsId, items.slice(0, 5), 1),
+      shard1.reserveMany(goodsId, items.slice(5), 1),
+    ]);
+    expect([...(five ?? []), ...(one ?? [])].map((o) => (o.ok ? 'ok' : o.reason))).toEqual(Array.from({ length: STOCK }, () => 'ok'));
+    expect(await settled(goodsId)).toMatchObject({ doRemaining: 0, orders: { PENDING_PAYMENT: STOCK }, consistent: true });
+  });
+
+  it("shard 0's alarm asking a lost give-back again does not hide the units from a sweep running at the same time", async () => {
+    // Shard 1 holds the one unit and a give-back of it never arrived (shard 1 did not answer), so
+    // shard 0 keeps its id to ask again (with nothing more to give: the alarm's ask takes none).
+    // The alarm fires just as a dry shard's sweep asks shard 1: the sweep must still get the unit.
+    const { goodsId } = await createGoods({ stock: 1, shards: 3 });
+    await (await grantInFlight(goodsId, 1, 1)).land();
+    const shard0 = goodsStock(env, { id: goodsId, locationHint: null }, 0);
+    const shard1 = goodsStock(env, { id: goodsId, locationHint: null }, 1);
+    type Pool = {
+      leases: {
+        giveBack?: unknown;
+        retryPending(): Promise<void>;
+        pool: {
+          reclaimFrom(sale: unknown, j: number, max: number): Promise<unknown>;
+          gather(sale: unknown, exclude: number, need: number): Promise<{ units: number; sure: boolean }>;
+        };
+      };
+      sale: { remaining: number };
+    };
+    await runInDurableObject(shard1, (instance: GoodsStock) => {
+      (instance as unknown as Pool).leases.giveBack = () => {
+        throw new Error('shard unreachable');
+      };
+    });
+    await runInDurableObject(shard0, async (instance: GoodsStock) => {
+      const { leases, sale } = instance as unknown as Pool;
+      expect(await leases.pool.reclaimFrom(sale, 1, 1)).toMatchObject({ credited: 0, failed: true });
+    });
+    await runInDurableObject(shard1, (instance: GoodsStock) => {
+      delete (instance as unknown as Pool).leases.giveBack;
+    });
+    const gathered = await runInDurableObject(shard0, async (instance: GoodsStock) => {
+      const { leases, sale } = instance as unknown as Pool;
+      const [, { sure }] = await Promise.all([leases.retryPending(), leases.pool.gather(sale, 2, 1)]);
+      return { sure, remaining: sale.remaining };
+    });
+    expect(gathered).toEqual({ sure: true, remaining: 1 });
+    const [shopper] = usersOn('alarm-race', 2, 3, 1);
+    expect((await buy(shopper ?? '', goodsId)).status).toBe(202);
+    expect(await settled(goodsId)).toMatchObject({ doRemaining: 0, orders: { PENDING_PAYMENT: 1 }, consistent: true });
+  });
+
   it('a cancelled unit goes back to its shard and is then sold to a shopper of another shard', async () => {
     const STOCK = 4;
     const { goodsId } = await createGoods({ stock: STOCK, shards: SHARDS });
