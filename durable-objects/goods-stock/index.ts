@@ -18,7 +18,7 @@ import { changeAllowlist } from './allowlist';
 import { countDecisions } from './decision-counts';
 import { KeyedAccepts } from './keyed-accepts';
 import { type GiveBack, type Grant, Leases } from './leases';
-import { refusalsInGoodsUnits, reserveBatch, restoreUnsettled } from './ledger';
+import { commitReservations, refusalsInGoodsUnits, restoreUnsettled } from './ledger';
 import { mirrorExpectation, mirrorFullState, mirrorGoods, noteAccepted } from './mirror-view';
 import { coalesceMs, Outbox } from './outbox';
 import { ReserveStore } from './reserve-store';
@@ -183,11 +183,9 @@ export class GoodsStock extends DurableObject<Env> {
     // none comes: a purchase of several units is refused only once the goods as a whole lacks them.
     const units = items.reduce((n, item) => n + quantityOf(item), 0);
     const commit = (soldOutKnown: boolean) => this.commitBatch(loaded, items, soldOutKnown);
-    const short = this.leases.short(units);
-    const { sale, now, accepted, ...decided } = short
-      ? await this.leases.cover(units, () => saleIsOn(loaded, Date.now()), commit)
-      : commit(true);
-    let { outcomes } = decided;
+    const batch = this.leases.short(units) ? await this.leases.cover(units, () => saleIsOn(loaded, Date.now()), commit) : commit(true);
+    const { sale, now, accepted } = batch;
+    let { outcomes } = batch;
     if (accepted > 0) {
       this.ensureAlarm(now + OUTBOX_ALARM_DELAY_MS);
       // The rows are committed; sending them soon, with the next calls' rows, only shortens
@@ -207,17 +205,9 @@ export class GoodsStock extends DurableObject<Env> {
 
   /** A batch's one synchronous transaction: every check and write, in arrival order. */
   private commitBatch(loaded: Sale, items: ReserveItem[], soldOutKnown: boolean) {
-    const sale = this.sale ?? loaded;
-    const now = Date.now();
+    const rows = { reservations: this.reservations, stock: this.store };
     try {
-      const outcomes = this.ctx.storage.transactionSync(() => {
-        const answers = reserveBatch(this.reservations, sale, items, now, soldOutKnown);
-        if (answers.some((o) => o.ok && !o.replay)) {
-          this.store.saveStock(sale);
-        }
-        return answers;
-      });
-      return { sale, now, outcomes, accepted: outcomes.filter((o) => o.ok && !o.replay).length };
+      return commitReservations(this.ctx.storage, rows, this.sale ?? loaded, items, soldOutKnown);
     } catch (error) {
       // The transaction rolled back; the in-memory copy may have moved ahead of it.
       this.sale = this.store.readSale();

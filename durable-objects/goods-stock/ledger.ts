@@ -4,8 +4,28 @@ import type { BatchWrites, ReserveStore } from './reserve-store';
 import { decide, orderNumber, quantityOf, type ReservationView } from './rules';
 import type { Sale, StockStorage } from './storage';
 
-// Applying the rules' decisions to storage, inside the caller's synchronous transaction. The
-// in-memory sale moves with the rows; the caller writes its counters once per batch.
+// Applying the rules' decisions to storage, inside a synchronous transaction (a reservation
+// batch's is commitReservations). The in-memory sale moves with the rows; the caller writes
+// its counters once per batch.
+
+/** A batch's one synchronous transaction (reserveBatch, and the stock row when it took units). */
+export function commitReservations(
+  storage: DurableObjectStorage,
+  rows: { reservations: ReserveStore; stock: StockStorage },
+  sale: Sale,
+  items: ReserveItem[],
+  soldOutKnown: boolean,
+) {
+  const now = Date.now();
+  return storage.transactionSync(() => {
+    const outcomes = reserveBatch(rows.reservations, sale, items, now, soldOutKnown);
+    const accepted = outcomes.filter((o) => o.ok && !o.replay).length;
+    if (accepted > 0) {
+      rows.stock.saveStock(sale);
+    }
+    return { sale, now, outcomes, accepted };
+  });
+}
 
 /**
  * A batch of reservations, decided in arrival order as if one at a time: each decision sees
