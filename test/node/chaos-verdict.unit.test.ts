@@ -5,6 +5,7 @@ import type { GoodsFacts } from '../../scripts/lib/chaos/collect.ts';
 import { chaosPlan, parseChaosOptions, retriesLastSeconds } from '../../scripts/lib/chaos/plan.ts';
 import type { TallySummary } from '../../scripts/lib/chaos/tally.ts';
 import { exitCode, faultEvidence, formatVerdict, judgePhase, type PhaseInput } from '../../scripts/lib/chaos/verdict.ts';
+import { sameAnswer } from '../../scripts/lib/load/replay.ts';
 
 const REST = 1_000_000;
 
@@ -240,5 +241,28 @@ describe('the plan', () => {
     expect(parseChaosOptions(['--short', '--only', 'a,c'])).toMatchObject({ mode: 'short', only: ['a', 'c'] });
     expect(() => parseChaosOptions(['--only', 'z'])).toThrow(/phase keys/);
     expect(() => parseChaosOptions(['--fast'])).toThrow();
+  });
+});
+
+describe('a retry with the same key', () => {
+  const queued = (requestId: string) => ({ status: 202, json: { code: 0, message: 'queued', requestId } });
+  const refused = (status: number, code: string) => ({ status, json: { error: { code, message: code, requestId: 't' } } });
+
+  it('owes a 202 the same request id, and a refusal the same refusal', () => {
+    expect(sameAnswer(queued('r1'), queued('r1'))).toBe(true);
+    expect(sameAnswer(queued('r1'), queued('r2'))).toBe(false);
+    expect(sameAnswer(queued('r1'), refused(410, 'SOLD_OUT'))).toBe(false);
+    expect(sameAnswer(queued('r1'), refused(409, 'ALREADY_PURCHASED'))).toBe(false);
+    expect(sameAnswer(refused(410, 'SOLD_OUT'), queued('r1'))).toBe(false);
+    expect(sameAnswer(refused(409, 'ALREADY_PURCHASED'), refused(409, 'ALREADY_PURCHASED'))).toBe(true);
+    expect(sameAnswer(refused(410, 'ENDED'), refused(409, 'ALREADY_PURCHASED'))).toBe(false);
+  });
+
+  it("does not compare SOLD_OUT from the edge's copies with the object's per-shopper refusal, nor answers turned away before the object", () => {
+    expect(sameAnswer(refused(410, 'SOLD_OUT'), refused(409, 'ALREADY_PURCHASED'))).toBeUndefined();
+    expect(sameAnswer(refused(409, 'LIMIT_REACHED'), refused(410, 'SOLD_OUT'))).toBeUndefined();
+    expect(sameAnswer(queued('r1'), refused(503, 'BUSY'))).toBeUndefined();
+    expect(sameAnswer(queued('r1'), { status: 0, json: undefined })).toBeUndefined();
+    expect(sameAnswer(refused(503, 'BUSY'), queued('r1'))).toBeUndefined();
   });
 });

@@ -11,9 +11,10 @@ import type { Minter } from '../bench/mint.ts';
 import { read } from '../load/contract.ts';
 import type { Answer, HttpClient } from '../load/http-client.ts';
 import { sendMalformed } from '../load/malformed.ts';
+import { retryable } from '../load/replay.ts';
 import { challengeAnswer } from '../load/shoppers.ts';
 import type { PhasePlan } from './plan.ts';
-import { type Accepted, type Category, type PhaseTally, type ResultStatus, retryable } from './tally.ts';
+import type { Accepted, Category, PhaseTally, ResultStatus } from './tally.ts';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const newKey = () => timeOrderedKey();

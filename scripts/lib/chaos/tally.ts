@@ -1,8 +1,9 @@
 // What a phase's requests were answered, counted as the run goes: outcomes by kind of request,
 // the accepted purchases (and what their result polls said), 5xx, hostile requests let through,
 // retries with the same Idempotency-Key answered differently.
-import { errorOf, read } from '../load/contract.ts';
+import { read } from '../load/contract.ts';
 import { type Answer, outcomeKey } from '../load/http-client.ts';
+import { allowed503, sameAnswer } from '../load/replay.ts';
 
 /** Who sent a request: an honest buyer, a latecomer, an accepted shopper trying again, a lost-answer retry, a hostile client, a result poll. */
 export type Category = 'buyer' | 'latecomer' | 'again' | 'retry' | 'hostile' | 'poll';
@@ -36,27 +37,6 @@ export type TallySummary = {
   fiveXXExamples: string[];
 };
 
-/** 503 answers the contract allows under load or while a dependency is away: the client retries. */
-const ALLOWED_503 = new Set(['BUSY', 'UNAVAILABLE']);
-
-/** A refusal the goods' object decided (or a 202): what a retry with the same key is owed again. */
-const DECIDED = new Set([202, 409, 410, 423, 425]);
-
-/** Whether an answer is one the client should retry after (no answer, 429, an allowed 503). */
-export function retryable(answer: Pick<Answer, 'status' | 'json'>): boolean {
-  return answer.status === 0 || answer.status === 429 || (answer.status === 503 && ALLOWED_503.has(errorOf(answer.json)?.code ?? ''));
-}
-
-/** Whether two answers to the same purchase with the same key agree (undefined: not comparable). */
-export function sameAnswer(first: Pick<Answer, 'status' | 'json'>, again: Pick<Answer, 'status' | 'json'>): boolean | undefined {
-  if (!DECIDED.has(first.status) || retryable(again) || errorOf(again.json)?.code === 'BANNED') {
-    return undefined;
-  }
-  return (
-    again.status === first.status && (first.status !== 202 || read.queued(again.json)?.requestId === read.queued(first.json)?.requestId)
-  );
-}
-
 export class PhaseTally {
   requests = 0;
   readonly outcomes = Object.fromEntries(CATEGORIES.map((c) => [c, {}])) as Record<Category, Record<string, number>>;
@@ -76,7 +56,7 @@ export class PhaseTally {
     counts[key] = (counts[key] ?? 0) + 1;
     if (answer.status === 0) {
       this.noAnswer++;
-    } else if (answer.status === 503 && ALLOWED_503.has(errorOf(answer.json)?.code ?? '')) {
+    } else if (allowed503(answer)) {
       this.busy++;
     } else if (answer.status >= 500) {
       this.fiveXX++;

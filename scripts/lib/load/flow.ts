@@ -16,6 +16,7 @@ import { errorOf, type Result, read } from './contract.ts';
 import { type Answer, type HttpClient, outcomeKey } from './http-client.ts';
 import { sendMalformed } from './malformed.ts';
 import { type Counts, type Recorder, recorder, type StepSummary } from './metrics.ts';
+import { sameAnswer } from './replay.ts';
 import { type Attempt, attemptPlan, challengeAnswer, type Shopper } from './shoppers.ts';
 
 const TOKEN_MAX_AGE_MS = 40_000;
@@ -176,18 +177,13 @@ export async function runShopperLoad(o: LoadOptions): Promise<LoadResult> {
     }
   }
 
-  /** 202, or a refusal the goods' object decided: what a retry with the same key must get again. */
-  const decided = (a: Answer) => [202, 409, 410, 423, 425].includes(a.status);
-
   function checkReplay(first: Answer, again: Answer): void {
-    // Answers the edge gives before the object is asked (429, 503 BUSY, a lost connection) are
-    // not decisions; a retry may get something else, and may itself be refused at the edge.
-    if (!decided(first) || again.status === 0 || again.status === 429 || again.status === 503 || errorOf(again.json)?.code === 'BANNED') {
+    const same = sameAnswer(first, again);
+    if (same === undefined) {
+      // Not a decision, or the retry was turned away before the object: nothing to compare.
       idempotency.notCompared++;
       return;
     }
-    const same =
-      again.status === first.status && (first.status !== 202 || read.queued(again.json)?.requestId === read.queued(first.json)?.requestId);
     if (!same) {
       idempotency.mismatches++;
       if (idempotency.examples.length < 5) {

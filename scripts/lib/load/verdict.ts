@@ -2,7 +2,7 @@
 // checked against what the shoppers were told.
 import { liveOrders, type StatsCheck, statsChecks } from './admin.ts';
 import { read, type Stats } from './contract.ts';
-import type { AcceptedPurchase, LoadResult } from './flow.ts';
+import type { AcceptedPurchase, Idempotency, LoadResult } from './flow.ts';
 import type { HttpClient } from './http-client.ts';
 import { countWhere, type StepSummary } from './metrics.ts';
 import { OUTSIDER_REFUSAL, outsidersLetThrough } from './outsiders.ts';
@@ -109,7 +109,7 @@ export function loadVerdict({
     {
       name: 'retries idempotent',
       ok: load.idempotency.mismatches === 0,
-      detail: `${load.idempotency.retries} retried, ${load.idempotency.mismatches} answered differently, ${load.idempotency.notCompared} refused at the edge (not compared)`,
+      detail: `${load.idempotency.retries} retried, ${load.idempotency.mismatches} answered differently${mismatchExamples(load.idempotency)}, ${load.idempotency.notCompared} not compared (not a decision, or turned away before the object)`,
     },
     {
       name: 'the sale was exercised',
@@ -139,4 +139,10 @@ export function loadVerdict({
   const oversold = Math.max(0, live - stats.totalStock, soldUnits - stats.totalStock);
   const lost = unresolved + orders.missing.length + (createdGoods ? Math.max(0, Math.ceil((soldUnits - live) / quantity)) : 0);
   return { ok: checks.every((c) => c.ok), oversold, lost, duplicateHolders, checks: checks.map(({ oversold: _o, ...c }) => c) };
+}
+
+/** The first few retries answered differently, as "first then again". */
+function mismatchExamples(idempotency: Idempotency): string {
+  const shown = idempotency.examples.map((e) => `${e.first} then ${e.again}`);
+  return shown.length > 0 ? ` (${shown.join('; ')})` : '';
 }
