@@ -34,6 +34,7 @@ async function createGoods(stack: ChaosStack, plan: ChaosPlan): Promise<Sale[]> 
         title: `Chaos ${phase.key}: ${phase.title}`,
         priceCents: 100,
         stock: phase.stock,
+        ...(plan.shards > 1 ? { shards: plan.shards } : {}),
         startAt: now - 1_000,
         endAt: now + 6 * 3600_000,
         // No order times out during the run: every unit stays where the faults left it.
@@ -128,9 +129,10 @@ function eventsBetween(
 
 async function run(o: ChaosOptions): Promise<number> {
   const runStarted = Date.now();
-  const plan = chaosPlan(o.mode, productionQueueSchedule(), o.only);
+  const plan = chaosPlan(o.mode, productionQueueSchedule(), o.only, o.shards);
   const header = [
-    `npm run chaos${o.mode === 'short' ? ' -- --short' : ''}: ${plan.phases.length} phases, ${plan.phases.reduce((n, p) => n + p.stock, 0)} units`,
+    `npm run chaos${o.mode === 'short' ? ' -- --short' : ''}: ${plan.phases.length} phases, ${plan.phases.reduce((n, p) => n + p.stock, 0)} units` +
+      (plan.shards > 1 ? `, each goods over ${plan.shards} stock shards` : ''),
     ...describeSchedule(plan),
   ];
   for (const line of header) {
@@ -215,6 +217,7 @@ async function run(o: ChaosOptions): Promise<number> {
         facts: facts[i] as (typeof facts)[number],
         restAt: quiet.restAt.get((sales[i] as Sale).goodsId),
         evidence: faultEvidence(phase.fault, (sales[i] as Sale).workerEvents ?? {}, resetsOf((sales[i] as Sale).faultLog)),
+        shards: plan.shards,
       }),
     );
     const took = `${seconds(runStarted)} s (${o.mode}), ${stack.cronRuns()} cron firings`;

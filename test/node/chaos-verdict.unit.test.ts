@@ -172,6 +172,20 @@ describe('faultEvidence', () => {
     const p = { ...healthy(), evidence: { ok: false, detail: 'dev_fault.delivered_twice logged 0 times during the phase' } };
     expect(failedChecks(p)).toEqual(['the fault took effect']);
   });
+
+  it('wants a sharded run to have made its goods with as many shards as it asked for', () => {
+    const p = { ...healthy(), shards: 4 };
+    expect(failedChecks(p)).toEqual(['its stock over its shards']);
+    const stats = p.facts.stats;
+    if (!stats) {
+      throw new Error('fixture');
+    }
+    const shardStats = [0, 1, 2, 3].map((shard) => ({ shard, remaining: 0 }));
+    expect(failedChecks({ ...p, facts: { ...p.facts, stats: { ...stats, shards: shardStats } } })).toEqual([]);
+    expect(failedChecks({ ...p, facts: { ...p.facts, stats: { ...stats, shards: shardStats.slice(0, 2) } } })).toEqual([
+      'its stock over its shards',
+    ]);
+  });
 });
 
 describe('formatVerdict', () => {
@@ -237,8 +251,14 @@ describe('the plan', () => {
   });
 
   it('reads its options', () => {
-    expect(parseChaosOptions([])).toMatchObject({ mode: 'full', only: undefined });
+    expect(parseChaosOptions([])).toMatchObject({ mode: 'full', only: undefined, shards: 1 });
     expect(parseChaosOptions(['--short', '--only', 'a,c'])).toMatchObject({ mode: 'short', only: ['a', 'c'] });
+    expect(parseChaosOptions(['--short', '--shards', '4'])).toMatchObject({ mode: 'short', shards: 4 });
+    expect(chaosPlan('short', production, undefined, 4).shards).toBe(4);
+    expect(chaosPlan('full', production).shards).toBe(1);
+    for (const bad of ['0', '65', '2.5', 'x']) {
+      expect(() => parseChaosOptions(['--shards', bad])).toThrow(/--shards/);
+    }
     expect(() => parseChaosOptions(['--only', 'z'])).toThrow(/phase keys/);
     expect(() => parseChaosOptions(['--fast'])).toThrow();
   });

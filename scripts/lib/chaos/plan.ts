@@ -15,6 +15,8 @@ invariant holds, 1 when one breaks, 2 when the run could not be made.
   --short          the CI profile: fewer shoppers, a shortened retry schedule, under 3 minutes
                    (default: the full profile, about 20 minutes, production's schedule)
   --only KEYS      run only these phases, e.g. --only a,c (keys: 0 a b c d e f)
+  --shards N       spread each phase's goods over N stock shards, 1-64 (default 1): the faults
+                   then meet grants and give-backs between shards as well as reservations
   --json FILE      also write the whole result as JSON to FILE
   --verbose        print the Worker's warnings as they happen
   --help`;
@@ -79,9 +81,18 @@ export type ChaosPlan = {
   /** Seconds without an order batch before the run calls the queues drained. */
   calmS: number;
   payTimeoutSeconds: number;
+  /** Stock shards of every phase's goods. */
+  shards: number;
 };
 
-export type ChaosOptions = { mode: Mode; only: string[] | undefined; json: string | undefined; verbose: boolean; help: boolean };
+export type ChaosOptions = {
+  mode: Mode;
+  only: string[] | undefined;
+  shards: number;
+  json: string | undefined;
+  verbose: boolean;
+  help: boolean;
+};
 
 /** The kernel's default cap of backoffSeconds (workers/kernel/backoff.ts). */
 const KERNEL_BACKOFF_CAP = 300;
@@ -92,6 +103,7 @@ export function parseChaosOptions(argv: string[]): ChaosOptions {
     options: {
       short: { type: 'boolean' },
       only: { type: 'string' },
+      shards: { type: 'string' },
       json: { type: 'string' },
       verbose: { type: 'boolean' },
       help: { type: 'boolean' },
@@ -103,7 +115,18 @@ export function parseChaosOptions(argv: string[]): ChaosOptions {
   if (only?.some((k) => !/^[0a-f]$/.test(k))) {
     throw new Error(`--only takes phase keys among 0 a b c d e f, got ${values.only}`);
   }
-  return { mode: values.short ? 'short' : 'full', only, json: values.json, verbose: values.verbose ?? false, help: values.help ?? false };
+  const shards = values.shards === undefined ? 1 : Number(values.shards);
+  if (!Number.isInteger(shards) || shards < 1 || shards > 64) {
+    throw new Error(`--shards takes a whole number from 1 to 64, got ${values.shards}`);
+  }
+  return {
+    mode: values.short ? 'short' : 'full',
+    only,
+    shards,
+    json: values.json,
+    verbose: values.verbose ?? false,
+    help: values.help ?? false,
+  };
 }
 
 /** Seconds from a message's first failure to its last retry: max_retries retries, each after backoffSeconds(attempt, cap). */
@@ -131,12 +154,12 @@ function phases(crowd: Crowd, faults: Record<FaultKind, Partial<PhasePlan>>): Ph
 }
 
 /** The profile of a mode; `production` is wrangler.toml's production queue consumers, the full run's schedule. */
-export function chaosPlan(mode: Mode, production: QueueSchedule, only?: string[]): ChaosPlan {
-  const plan = mode === 'full' ? fullPlan(production) : shortPlan();
+export function chaosPlan(mode: Mode, production: QueueSchedule, only?: string[], shards = 1): ChaosPlan {
+  const plan = { ...(mode === 'full' ? fullPlan(production) : shortPlan()), shards };
   return only ? { ...plan, phases: plan.phases.filter((p) => only.includes(p.key)) } : plan;
 }
 
-function fullPlan(production: QueueSchedule): ChaosPlan {
+function fullPlan(production: QueueSchedule): Omit<ChaosPlan, 'shards'> {
   const crowd = { stock: 50, buyers: 60, latecomers: 280, again: 20, hostile: 70, sellS: 40, lengthS: 75 };
   // Longer than the order queue's retries (8, up to 128 s apart: about 4 minutes) by far.
   const outageS = 630;
@@ -167,7 +190,7 @@ function fullPlan(production: QueueSchedule): ChaosPlan {
   };
 }
 
-function shortPlan(): ChaosPlan {
+function shortPlan(): Omit<ChaosPlan, 'shards'> {
   const crowd = { stock: 20, buyers: 24, latecomers: 50, again: 6, hostile: 20, sellS: 7, lengthS: 10 };
   const cap = 4;
   const orders = { maxRetries: 3 };

@@ -19,6 +19,8 @@ export type PhaseInput = {
   restAt: number | undefined;
   /** Whether the phase's fault took effect (faultEvidence), when the run can tell. */
   evidence?: { ok: boolean; detail: string } | undefined;
+  /** Stock shards the goods was made with (`--shards`); more than one is checked in its stats. */
+  shards?: number | undefined;
 };
 
 /**
@@ -156,7 +158,11 @@ function stockChecks(p: PhaseInput, live: number): Check[] {
     return [check('stats readable', false, 'GET /admin/goods/:id/stats did not answer')];
   }
   const remaining = s.doRemaining;
+  const shards = p.shards ?? 1;
+  const listed = 'shards' in s && Array.isArray(s.shards) ? s.shards.length : 1;
   return [
+    // A sharded run whose goods came out with one shard would pass for one that tested the shards.
+    ...(shards > 1 ? [check('its stock over its shards', listed === shards, `${listed} shards in the stats, ${shards} asked for`)] : []),
     check('at rest', s.queued === 0 && s.outboxPending === 0, `queued ${s.queued}, outbox ${s.outboxPending}`),
     check(
       'stock adds up',
