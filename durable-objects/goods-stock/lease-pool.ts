@@ -229,7 +229,7 @@ export class LeasePool {
       const reported = this.c.store.reports();
       const swept: Sweep = { credited: 0, inFlight: false, failed: false };
       const ask = async (shards: number[]) => {
-        const replies = await Promise.all(shards.map((j) => this.reclaimFrom(sale, j, sale.totalStock, j === exclude)));
+        const replies = await Promise.all(shards.map((j) => this.reclaimFrom(sale, j, j === exclude)));
         for (const r of replies) {
           swept.credited += r.credited;
           swept.inFlight ||= r.inFlight;
@@ -250,15 +250,15 @@ export class LeasePool {
   }
 
   /**
-   * One give-back from shard `j`, credited once; an unanswered one stays pending for the alarm.
-   * The units credited, whether units granted to `j` are still on their way to it (its grant
-   * ask unanswered, and shard 0 has answered it with units), and whether `j` did not answer.
-   * `replay` asks a pending one again with its id and nothing more to give (an unanswered ask
-   * may never have arrived), and none at all once it is answered. Give-backs from one shard go
-   * one at a time: a replay sharing an id with a sweep's ask could arrive first and make the
-   * sweep's answer none while the shard holds units.
+   * One give-back from shard `j` of every free unit it holds, credited once; an unanswered one
+   * stays pending for the alarm. The units credited, whether units granted to `j` are still on
+   * their way to it (its grant ask unanswered, and shard 0 has answered it with units), and
+   * whether `j` did not answer. `replay` asks a pending one again with its id and nothing more
+   * to give (an unanswered ask may never have arrived), and none at all once it is answered.
+   * Give-backs from one shard go one at a time: a replay sharing an id with a sweep's ask could
+   * arrive first and make the sweep's answer none while the shard holds units.
    */
-  async reclaimFrom(sale: Sale, j: number, max: number, replay = false): Promise<Sweep> {
+  async reclaimFrom(sale: Sale, j: number, replay = false): Promise<Sweep> {
     for (let prior = this.reclaiming.get(j); prior; prior = this.reclaiming.get(j)) {
       await prior.catch(() => undefined);
     }
@@ -266,7 +266,7 @@ export class LeasePool {
     if (replay && !pending) {
       return { credited: 0, inFlight: false, failed: false };
     }
-    const run = this.askGiveBack(sale, j, replay ? 0 : max, pending).finally(() => {
+    const run = this.askGiveBack(sale, j, replay ? 0 : sale.totalStock, pending).finally(() => {
       this.reclaiming.delete(j);
     });
     this.reclaiming.set(j, run);

@@ -120,7 +120,7 @@ export class Leases {
     if (shard === 0 && !first && before > 1 && before !== shards) {
       log.warn('goods_stock.reshard', { goodsId: sale.goodsId, from: before, to: shards });
       for (let j = 1; j < before; j++) {
-        await this.pool.reclaimFrom(sale, j, sale.totalStock);
+        await this.pool.reclaimFrom(sale, j);
       }
     }
     if (lease && shard > 0 && shards > 1 && sale.remaining < leaseChunk(sale.totalStock, shards)) {
@@ -329,7 +329,7 @@ export class Leases {
       await this.refill(0, false).catch(() => undefined);
     }
     for (const shard of this.store.pendingReclaims()) {
-      await this.pool.reclaimFrom(sale, shard, 0, true);
+      await this.pool.reclaimFrom(sale, shard, true);
     }
   }
 }

@@ -226,11 +226,11 @@ describe('stock shards: a sale', () => {
     const STOCK = 6;
     const { goodsId } = await createGoods({ stock: STOCK, shards: 3 });
     const goods = { id: goodsId, locationHint: null };
-    type Pool = { leases: { pool: { reclaimFrom(sale: unknown, j: number, max: number): Promise<unknown> } }; sale: { remaining: number } };
+    type Pool = { leases: { pool: { reclaimFrom(sale: unknown, j: number): Promise<unknown> } }; sale: { remaining: number } };
     const pool0 = await runInDurableObject(goodsStock(env, goods, 0), async (instance: GoodsStock) => {
       const { leases, sale } = instance as unknown as Pool;
-      await leases.pool.reclaimFrom(sale, 1, STOCK);
-      await leases.pool.reclaimFrom(sale, 2, STOCK);
+      await leases.pool.reclaimFrom(sale, 1);
+      await leases.pool.reclaimFrom(sale, 2);
       return sale.remaining;
     });
     expect(pool0).toBe(STOCK);
@@ -265,7 +265,7 @@ describe('stock shards: a sale', () => {
         giveBack?: unknown;
         retryPending(): Promise<void>;
         pool: {
-          reclaimFrom(sale: unknown, j: number, max: number): Promise<unknown>;
+          reclaimFrom(sale: unknown, j: number): Promise<unknown>;
           gather(sale: unknown, exclude: number, need: number): Promise<{ units: number; sure: boolean }>;
         };
       };
@@ -278,7 +278,7 @@ describe('stock shards: a sale', () => {
     });
     await runInDurableObject(shard0, async (instance: GoodsStock) => {
       const { leases, sale } = instance as unknown as Pool;
-      expect(await leases.pool.reclaimFrom(sale, 1, 1)).toMatchObject({ credited: 0, failed: true });
+      expect(await leases.pool.reclaimFrom(sale, 1)).toMatchObject({ credited: 0, failed: true });
     });
     await runInDurableObject(shard1, (instance: GoodsStock) => {
       delete (instance as unknown as Pool).leases.giveBack;

@@ -13,7 +13,7 @@ const DECIDED = new Set([202, 409, 410, 423, 425]);
 
 /** Whether an answer is one the client should retry after (no answer, 429, an allowed 503). */
 export function retryable(answer: Reply): boolean {
-  return answer.status === 0 || answer.status === 429 || (answer.status === 503 && ALLOWED_503.has(errorOf(answer.json)?.code ?? ''));
+  return answer.status === 0 || answer.status === 429 || allowed503(answer);
 }
 
 /** Whether the answer is 503 BUSY or UNAVAILABLE (the contract's retry-later answers). */
