@@ -4,7 +4,7 @@
 // the consumer draining them; sold-out answers; the floor again; the consumer on a backlog
 // beside a plain-INSERT floor; the invariants. See BENCH_USAGE in lib/bench/options.ts and docs/performance.md.
 import { loadavg } from 'node:os';
-import { acceptedCollector, purchaseRequests } from './lib/bench/buyers.ts';
+import { acceptedCollector, PURCHASE_ROUTE, purchaseRequests } from './lib/bench/buyers.ts';
 import { combinePhases, runPhase } from './lib/bench/cannon.ts';
 import {
   batchSummary,
@@ -24,6 +24,7 @@ import { type CpuProfile, connectProfiler, type HeapProfile, summarizeProfile } 
 import { environment, formatBench, saveResult, withRatios } from './lib/bench/report.ts';
 import { startBenchStack } from './lib/bench/stack.ts';
 import { targets } from './lib/bench/targets.ts';
+import { workerLatency } from './lib/bench/worker-latency.ts';
 import { freePort } from './lib/free-port.ts';
 import { adminApi, LOAD_TEST_LIMITS } from './lib/load/admin.ts';
 import { httpClient } from './lib/load/http-client.ts';
@@ -136,6 +137,9 @@ async function bench(o: BenchOptions) {
     const users = await minter.users('buyer', count);
     const buyers = purchaseRequests(await minter.tokens(users, sale.goodsId), sale.goodsId, keyed);
     say(`Purchases while stock lasts for ${o.durationS} s...`);
+    // The Worker's own latency histogram before and after (scraped again once the phase's
+    // requests have flushed their metrics): how much of a purchase's wait is in its code.
+    const metricsBefore = await admin.metrics();
     const purchaseStarted = Date.now();
     const acceptedInPhase = new Set<string>();
     const onPurchase = acceptedCollector(acceptedInPhase);
@@ -149,6 +153,7 @@ async function bench(o: BenchOptions) {
     say(`Waiting for the consumer to write the ${fmt(acceptedInPhase.size)} accepted purchases...`);
     const drained = await admin.waitAtRest(sale.goodsId, { timeoutMs: 300_000, intervalMs: 100 });
     const drainedAt = Date.now();
+    const inWorker = workerLatency(PURCHASE_ROUTE, metricsBefore, await admin.metrics());
 
     const soldOutGoods = await admin.createGoods({ stock: 1, title: 'Bench: sold out' });
     const acceptedSoldOut = new Set<string>();
@@ -252,6 +257,7 @@ async function bench(o: BenchOptions) {
         shoppersUsed: buyers.used,
         shoppersMade: count,
         objectCalls: purchaseCalls,
+        inWorker,
       },
       soldOut: { ...soldOut, shoppersUsed: latecomers.used, shoppersMade: soldOutCount },
       consumer: {

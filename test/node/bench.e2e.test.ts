@@ -25,7 +25,11 @@ type Result = {
   machine: { cpus: number; node: string };
   options: { connections: number; durationS: number; entryWorker: boolean };
   floor: Phase;
-  purchase: Phase & { ratioToFloor: number; accepted: number };
+  purchase: Phase & {
+    ratioToFloor: number;
+    accepted: number;
+    inWorker: { requests: number; meanMs: number; within: { ms: number; share: number }[] };
+  };
   soldOut: Phase & { ratioToFloor: number };
   consumer: {
     ordersPerSec: number;
@@ -107,6 +111,14 @@ describe('npm run bench', () => {
     expect(latest.purchase.accepted).toBe(latest.purchase.requests);
     expect(Object.keys(latest.soldOut.outcomes)).toEqual(['410 SOLD_OUT']);
     expect(latest.purchase.ratioToFloor).toBeCloseTo(latest.purchase.rps / latest.floor.rps, 1);
+    // The Worker's own histogram saw every purchase the load generator counted (and those still
+    // in flight when it stopped counting, at most one a connection), each within the histogram's
+    // last bound; its mean is the Worker's part of the load generator's.
+    const inWorker = latest.purchase.inWorker;
+    expect(inWorker.requests).toBeGreaterThanOrEqual(latest.purchase.requests);
+    expect(inWorker.requests).toBeLessThanOrEqual(latest.purchase.requests + latest.options.connections);
+    expect(inWorker.within.at(-1)?.share).toBe(1);
+    expect(inWorker.meanMs).toBeGreaterThanOrEqual(0);
 
     expect(latest.consumer.backlog.orders).toBe(500);
     // The backlog was all queued before the consumer started on it (the consumerPaused switch).
@@ -127,6 +139,7 @@ describe('npm run bench', () => {
     // The printed table has the model and a verdict on every target.
     const printed = formatBench(latest as unknown as Parameters<typeof formatBench>[0]);
     expect(printed).toContain('Capacity model');
+    expect(printed).toMatch(/purchase in the Worker's code .*p99 in \d+-\d+ ms/);
     expect(printed.split('\n').filter((l) => /^ {2}(met {3}|MISSED) {2}/.test(l))).toHaveLength(10);
 
     // The capacity model: the purchase reached the stock object and the guard shards, and the

@@ -4,6 +4,9 @@ import { timeOrderedKey } from '../../../workers/kernel/time-order.ts';
 import type { PhaseRequest } from './cannon.ts';
 import type { ReadyUser } from './mint.ts';
 
+/** The purchase route as the Worker's metrics name it (its pattern, never the hidden path). */
+export const PURCHASE_ROUTE = '/api/seckill/do/:path';
+
 /** One purchase per shopper, in order; `used` says how many were sent. */
 export function purchaseRequests(shoppers: ReadyUser[], goodsId: number, keyed: boolean) {
   let i = 0;

@@ -12,7 +12,7 @@
 // older than TOKEN_MAX_AGE_MS anyway (a very slow deployment) is dropped and prepared again.
 
 import { timeOrderedKey } from '../../../workers/kernel/time-order.ts';
-import { errorOf, type Result, read } from './contract.ts';
+import { type Result, read } from './contract.ts';
 import { type Answer, type HttpClient, outcomeKey } from './http-client.ts';
 import { sendMalformed } from './malformed.ts';
 import { type Counts, type Recorder, recorder, type StepSummary } from './metrics.ts';
