@@ -273,7 +273,22 @@ export class LeasePool {
     return run;
   }
 
+  /**
+   * A give-back asked with a pending id is answered as it was the first time (the shard
+   * remembers its last one), which told the shard's stock as it was then. When the shard holds
+   * units now and more were asked for than a replay's none, it is asked again with a new id.
+   */
   private async askGiveBack(sale: Sale, j: number, max: number, pending: string | undefined): Promise<Sweep> {
+    const first = await this.askGiveBackOnce(sale, j, max, pending);
+    if (pending === undefined || max <= 0 || first.failed || first.holds <= 0) {
+      return first;
+    }
+    const again = await this.askGiveBackOnce(sale, j, max, undefined);
+    return { credited: first.credited + again.credited, inFlight: first.inFlight || again.inFlight, failed: again.failed };
+  }
+
+  /** One give-back asked of shard `j`, and what the shard holds after it (0 when it did not answer). */
+  private async askGiveBackOnce(sale: Sale, j: number, max: number, pending: string | undefined): Promise<Sweep & { holds: number }> {
     let id = pending;
     if (!id) {
       id = crypto.randomUUID();
@@ -287,7 +302,7 @@ export class LeasePool {
     } catch (error) {
       log.warn('goods_stock.give_back_failed', { goodsId: sale.goodsId, shard: j, error });
       this.c.retryAt(Date.now() + 1_000);
-      return { credited: 0, inFlight: false, failed: true };
+      return { credited: 0, inFlight: false, failed: true, holds: 0 };
     }
     const granted = reply.awaiting === undefined ? undefined : this.c.store.lastGrant(j);
     const inFlight = granted !== undefined && granted.grantId === reply.awaiting && granted.units > 0;
@@ -305,6 +320,6 @@ export class LeasePool {
     if (credited > 0) {
       this.c.stockChanged(current.remaining);
     }
-    return { credited, inFlight, failed: false };
+    return { credited, inFlight, failed: false, holds: reply.remaining };
   }
 }

@@ -23,7 +23,8 @@ export type { GiveBack, Grant };
 // grant per shard, so asking again with the same id gets the same answer. Give-backs are the
 // same the other way round: shard 0 records the id, the giving shard remembers its last one.
 // An ask whose answer was lost is repeated (the next ask or the alarm), so no unit is lost or
-// counted twice.
+// counted twice; the repeat's answer is the stock as it was then, so a search for units goes
+// on after it with a new id.
 
 /** A background refill starts when a shard holds this fraction of a lease or less. */
 const LOW_WATER = 0.5;
@@ -217,6 +218,10 @@ export class Leases {
       return { units: 0, sure: true };
     }
     let grantId = this.row.pending_grant;
+    // An id asked before whose answer was lost gets that answer again, which told the stock as
+    // it was then: a replayed "none" is no sell-out now, so it is not sure and the caller asks
+    // again, with a new id (units released since may be on another shard).
+    const replay = grantId !== null;
     if (!grantId) {
       grantId = crypto.randomUUID();
       this.row.pending_grant = grantId;
@@ -232,7 +237,7 @@ export class Leases {
       throw error;
     }
     const now = this.host.sale();
-    const gathered = { units: grant.units, sure: grant.unsure !== true };
+    const gathered = { units: grant.units, sure: grant.unsure !== true && !replay };
     if (!now || this.row.pending_grant !== grantId) {
       // Credited by an ask with the same id that was answered first (the alarm's).
       return gathered;

@@ -3,6 +3,7 @@ import { eq } from 'drizzle-orm';
 import { describe, expect, it, vi } from 'vitest';
 import { seckillOrder } from '../../db/schema';
 import type { GoodsStock } from '../../durable-objects/goods-stock/index';
+import type { LeaseRow } from '../../durable-objects/goods-stock/lease-store';
 import { coalesceMs } from '../../durable-objects/goods-stock/outbox';
 import { goodsStock } from '../../durable-objects/routing';
 import type { OrderPack, StockSnapshot } from '../../workers/kernel/contract';
@@ -216,6 +217,62 @@ describe('stock shards: a sale', () => {
     // The retry (a new token: the refused one is still unspent too) gets the unit.
     expect((await buy(shopper ?? '', goodsId)).status).toBe(202);
     expect(await settled(goodsId)).toMatchObject({ doRemaining: 0, orders: { PENDING_PAYMENT: 1 }, consistent: true });
+  });
+
+  it("a dry shard whose earlier ask's answer (none) was lost asks afresh: its shopper buys the unit that came back since", async () => {
+    // One unit over 3 shards, moved to shard 2 and bought there. Shard 1 asks shard 0 for stock
+    // and shard 0 answers none (there is none), but the answer never reaches shard 1 (a reset):
+    // shard 1 keeps the ask's id to ask again. The order is cancelled and its unit goes back to
+    // shard 2. A shopper of shard 1 must get it: the old answer was true then, not now.
+    const { goodsId } = await createGoods({ stock: 1, shards: 3 });
+    const goods = { id: goodsId, locationHint: null };
+    await (await grantInFlight(goodsId, 2, 1)).land();
+    const [holder] = usersOn('lost-none-holder', 2, 3, 1);
+    const bought = await buyOrder(holder ?? '', goodsId);
+    type Leases = { row: LeaseRow; save(): void };
+    const lostId = crypto.randomUUID();
+    await runInDurableObject(goodsStock(env, goods, 1), (instance: GoodsStock) => {
+      const { leases } = instance as unknown as { leases: Leases };
+      leases.row.pending_grant = lostId;
+      leases.save();
+    });
+    expect(await goodsStock(env, goods, 0).grant(goodsId, 1, lostId, 1, 1, true, 0)).toEqual({ units: 0 });
+
+    const cancelled = await call(`/api/orders/${bought.orderId}/cancel`, { method: 'POST', headers: bearer(bought.jwt) });
+    expect(cancelled.status).toBe(200);
+    expect((await shardSnapshots(goodsId))[2]?.remaining).toBe(1);
+    const [shopper] = usersOn('lost-none-shopper', 1, 3, 1);
+    expect(await buy(shopper ?? '', goodsId)).toMatchObject({ status: 202 });
+    const s = await settled(goodsId);
+    expect(s).toMatchObject({ doRemaining: 0, dbStock: 0, consistent: true });
+    expect(s.orders).toMatchObject({ PENDING_PAYMENT: 1, CANCELLED: 1 });
+  });
+
+  it("a sweep that finds a lost give-back's answer (none) asks that shard afresh: the unit that came back since is sold", async () => {
+    // The other way round: shard 0 asked shard 2 to give back its free units while its one unit
+    // was sold, shard 2 answered none, and the answer never reached shard 0, which keeps the
+    // give-back's id to ask again. The order is cancelled, the unit goes back to shard 2, and a
+    // shopper of shard 1 comes: shard 0's sweep must take the unit, not credit the old none.
+    const { goodsId } = await createGoods({ stock: 1, shards: 3 });
+    const goods = { id: goodsId, locationHint: null };
+    await (await grantInFlight(goodsId, 2, 1)).land();
+    const [holder] = usersOn('lost-give-back-holder', 2, 3, 1);
+    const bought = await buyOrder(holder ?? '', goodsId);
+    type Store = { leases: { store: { savePendingReclaim(shard: number, id: string): void } } };
+    const lostId = crypto.randomUUID();
+    await runInDurableObject(goodsStock(env, goods, 0), (instance: GoodsStock) => {
+      (instance as unknown as Store).leases.store.savePendingReclaim(2, lostId);
+    });
+    expect(await goodsStock(env, goods, 2).giveBack(goodsId, lostId, 1)).toMatchObject({ units: 0, remaining: 0 });
+
+    const cancelled = await call(`/api/orders/${bought.orderId}/cancel`, { method: 'POST', headers: bearer(bought.jwt) });
+    expect(cancelled.status).toBe(200);
+    expect((await shardSnapshots(goodsId))[2]?.remaining).toBe(1);
+    const [shopper] = usersOn('lost-give-back-shopper', 1, 3, 1);
+    expect(await buy(shopper ?? '', goodsId)).toMatchObject({ status: 202 });
+    const s = await settled(goodsId);
+    expect(s).toMatchObject({ doRemaining: 0, dbStock: 0, consistent: true });
+    expect(s.orders).toMatchObject({ PENDING_PAYMENT: 1, CANCELLED: 1 });
   });
 
   it('two batches of one dry shard share an ask: the one whose units the other took asks again, and neither hears SOLD_OUT', async () => {
