@@ -219,60 +219,55 @@ describe('stock shards: a sale', () => {
     expect(await settled(goodsId)).toMatchObject({ doRemaining: 0, orders: { PENDING_PAYMENT: 1 }, consistent: true });
   });
 
-  it("a dry shard whose earlier ask's answer (none) was lost asks afresh: its shopper buys the unit that came back since", async () => {
-    // One unit over 3 shards, moved to shard 2 and bought there. Shard 1 asks shard 0 for stock
-    // and shard 0 answers none (there is none), but the answer never reaches shard 1 (a reset):
-    // shard 1 keeps the ask's id to ask again. The order is cancelled and its unit goes back to
-    // shard 2. A shopper of shard 1 must get it: the old answer was true then, not now.
+  /**
+   * One unit over 3 shards, moved to shard 2 and bought there; then `loseAnswer` leaves an ask
+   * answered "none" that never reached its asker, the order is cancelled (the unit goes back to
+   * shard 2), and a shopper of shard 1 must buy it: the old answer was true then, not now.
+   */
+  async function lostNoneThenReleased(name: string, loseAnswer: (goods: { id: number; locationHint: null }) => Promise<void>) {
     const { goodsId } = await createGoods({ stock: 1, shards: 3 });
     const goods = { id: goodsId, locationHint: null };
     await (await grantInFlight(goodsId, 2, 1)).land();
-    const [holder] = usersOn('lost-none-holder', 2, 3, 1);
+    const [holder] = usersOn(`${name}-holder`, 2, 3, 1);
     const bought = await buyOrder(holder ?? '', goodsId);
-    type Leases = { row: LeaseRow; save(): void };
-    const lostId = crypto.randomUUID();
-    await runInDurableObject(goodsStock(env, goods, 1), (instance: GoodsStock) => {
-      const { leases } = instance as unknown as { leases: Leases };
-      leases.row.pending_grant = lostId;
-      leases.save();
-    });
-    expect(await goodsStock(env, goods, 0).grant(goodsId, 1, lostId, 1, 1, true, 0)).toEqual({ units: 0 });
-
+    await loseAnswer(goods);
     const cancelled = await call(`/api/orders/${bought.orderId}/cancel`, { method: 'POST', headers: bearer(bought.jwt) });
     expect(cancelled.status).toBe(200);
     expect((await shardSnapshots(goodsId))[2]?.remaining).toBe(1);
-    const [shopper] = usersOn('lost-none-shopper', 1, 3, 1);
+    const [shopper] = usersOn(`${name}-shopper`, 1, 3, 1);
     expect(await buy(shopper ?? '', goodsId)).toMatchObject({ status: 202 });
     const s = await settled(goodsId);
     expect(s).toMatchObject({ doRemaining: 0, dbStock: 0, consistent: true });
     expect(s.orders).toMatchObject({ PENDING_PAYMENT: 1, CANCELLED: 1 });
+  }
+
+  it("a dry shard whose earlier ask's answer (none) was lost asks afresh: its shopper buys the unit that came back since", async () => {
+    // Shard 1 asked shard 0 for stock while the unit was sold; shard 0 answered none, and the
+    // answer never reached shard 1 (a reset), which keeps the ask's id to ask again.
+    await lostNoneThenReleased('lost-grant', async (goods) => {
+      type Leases = { row: LeaseRow; save(): void };
+      const lostId = crypto.randomUUID();
+      await runInDurableObject(goodsStock(env, goods, 1), (instance: GoodsStock) => {
+        const { leases } = instance as unknown as { leases: Leases };
+        leases.row.pending_grant = lostId;
+        leases.save();
+      });
+      expect(await goodsStock(env, goods, 0).grant(goods.id, 1, lostId, 1, 1, true, 0)).toEqual({ units: 0 });
+    });
   });
 
   it("a sweep that finds a lost give-back's answer (none) asks that shard afresh: the unit that came back since is sold", async () => {
-    // The other way round: shard 0 asked shard 2 to give back its free units while its one unit
-    // was sold, shard 2 answered none, and the answer never reached shard 0, which keeps the
-    // give-back's id to ask again. The order is cancelled, the unit goes back to shard 2, and a
-    // shopper of shard 1 comes: shard 0's sweep must take the unit, not credit the old none.
-    const { goodsId } = await createGoods({ stock: 1, shards: 3 });
-    const goods = { id: goodsId, locationHint: null };
-    await (await grantInFlight(goodsId, 2, 1)).land();
-    const [holder] = usersOn('lost-give-back-holder', 2, 3, 1);
-    const bought = await buyOrder(holder ?? '', goodsId);
-    type Store = { leases: { store: { savePendingReclaim(shard: number, id: string): void } } };
-    const lostId = crypto.randomUUID();
-    await runInDurableObject(goodsStock(env, goods, 0), (instance: GoodsStock) => {
-      (instance as unknown as Store).leases.store.savePendingReclaim(2, lostId);
+    // The other way round: shard 0 asked shard 2 to give back its free units while the unit was
+    // sold, shard 2 answered none, and the answer never reached shard 0, which keeps the
+    // give-back's id to ask again. Shard 1's shopper makes shard 0 sweep.
+    await lostNoneThenReleased('lost-give-back', async (goods) => {
+      type Store = { leases: { store: { savePendingReclaim(shard: number, id: string): void } } };
+      const lostId = crypto.randomUUID();
+      await runInDurableObject(goodsStock(env, goods, 0), (instance: GoodsStock) => {
+        (instance as unknown as Store).leases.store.savePendingReclaim(2, lostId);
+      });
+      expect(await goodsStock(env, goods, 2).giveBack(goods.id, lostId, 1)).toMatchObject({ units: 0, remaining: 0 });
     });
-    expect(await goodsStock(env, goods, 2).giveBack(goodsId, lostId, 1)).toMatchObject({ units: 0, remaining: 0 });
-
-    const cancelled = await call(`/api/orders/${bought.orderId}/cancel`, { method: 'POST', headers: bearer(bought.jwt) });
-    expect(cancelled.status).toBe(200);
-    expect((await shardSnapshots(goodsId))[2]?.remaining).toBe(1);
-    const [shopper] = usersOn('lost-give-back-shopper', 1, 3, 1);
-    expect(await buy(shopper ?? '', goodsId)).toMatchObject({ status: 202 });
-    const s = await settled(goodsId);
-    expect(s).toMatchObject({ doRemaining: 0, dbStock: 0, consistent: true });
-    expect(s.orders).toMatchObject({ PENDING_PAYMENT: 1, CANCELLED: 1 });
   });
 
   it('two batches of one dry shard share an ask: the one whose units the other took asks again, and neither hears SOLD_OUT', async () => {
