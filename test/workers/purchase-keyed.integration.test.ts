@@ -2,8 +2,9 @@ import { env } from 'cloudflare:workers';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { KEYED_GRACE_MS, PURCHASE_TOKEN_TTL_MS } from '../../workers/edge/purchase';
 import { issuePurchaseToken } from '../../workers/edge/signed';
+import { SOLD_OUT_TRUST_MS } from '../../workers/edge/sold-out';
 import { timeOrderedKey, timePrefix } from '../../workers/kernel/time-order';
-import { ADMIN, buy, call, createGoods, devToken, json, purchase, setLimits, stockSnapshot, tokenFor } from './helpers';
+import { ADMIN, buy, buyOrder, call, createGoods, devToken, json, purchase, setLimits, stockSnapshot, tokenFor } from './helpers';
 
 // A request with an Idempotency-Key may be owed the answer the object gave its key before, so
 // the edge lets it through only where that can be so. Everyone else's keyed request (a fresh
@@ -69,6 +70,26 @@ describe('keyed purchases at the fast path', () => {
     // Without its key the same shopper is answered at the edge.
     expect(await codeOf(await purchase(jwt, goodsId, t))).toBe('SOLD_OUT');
     expect(await objectCalls(goodsId)).toBe(before + 1);
+  });
+
+  it("a key's replayed SOLD_OUT does not make the edge take a goods whose unit came back for sold out", async () => {
+    const { goodsId } = await createGoods({ stock: 1 });
+    const winner = await buyOrder('kr-winner', goodsId);
+    const late = await devToken('kr-late');
+    const lateToken = await tokenFor(late, goodsId);
+    expect(await codeOf(await purchase(late, goodsId, lateToken, { 'idempotency-key': 'kr-late-1' }))).toBe('SOLD_OUT');
+    // The unit comes back, and the edge's memory of the sell-out runs out.
+    const cancelled = await call(`/api/orders/${winner.orderId}/cancel`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${winner.jwt}` },
+    });
+    expect(cancelled.status).toBe(200);
+    await new Promise((r) => setTimeout(r, SOLD_OUT_TRUST_MS + 100));
+    // The late shopper's client retries with its key: the object owes it its old answer.
+    expect(await codeOf(await purchase(late, goodsId, lateToken, { 'idempotency-key': 'kr-late-1' }))).toBe('SOLD_OUT');
+    // That answer was about then: the next shopper is sent to the object, and buys the unit.
+    const next = await devToken('kr-next');
+    expect((await purchase(next, goodsId, await tokenFor(next, goodsId))).status).toBe(202);
   });
 
   it('answers a keyed SOLD_OUT before reading the body, unless the object answered that key', async () => {

@@ -1,5 +1,6 @@
 // The sold-out fast path: once a goods' object has said SOLD_OUT (or a snapshot showed no
-// stock), this isolate answers 410 on its own for SOLD_OUT_TRUST_MS. Then it lets exactly one
+// stock), this isolate answers 410 on its own for SOLD_OUT_TRUST_MS. A SOLD_OUT the object
+// replays to a key (that key's answer from before) does not count: units may have come back. Then it lets exactly one
 // request through to ask again, so a unit returned by a cancelled or timed-out order is sold
 // again within a few seconds, while the flood behind a sold-out sale never reaches the object.
 //
@@ -56,6 +57,18 @@ export function soldOutNow(goodsId: number, now = Date.now()): boolean {
  */
 export function markSoldOut(goodsId: number, now = Date.now(), accepted?: AcceptedKeyed): void {
   soldOut.set(goodsId, { until: now + SOLD_OUT_TRUST_MS, accepted });
+}
+
+/**
+ * The object replayed a key's earlier SOLD_OUT: that tells the stock as it was then (units may
+ * have come back since), so it neither marks the goods sold out nor keeps the re-check turn it
+ * may have taken: the next request asks the object.
+ */
+export function recheckSoldOut(goodsId: number): void {
+  const entry = soldOut.get(goodsId);
+  if (entry) {
+    entry.until = 0;
+  }
 }
 
 /** Records that the goods has stock (a reservation succeeded, or a unit came back here). */

@@ -15,7 +15,7 @@ import {
 } from '../../edge/purchase';
 import { reserve } from '../../edge/reserve-client';
 import { claimedPurchaseExpiry, goodsOfPurchasePath } from '../../edge/signed';
-import { acceptedKeyedOf, markInStock, markSoldOut, rememberKeyedAnswer, soldOutNow } from '../../edge/sold-out';
+import { acceptedKeyedOf, markInStock, markSoldOut, recheckSoldOut, rememberKeyedAnswer, soldOutNow } from '../../edge/sold-out';
 import { IdempotencyKey, type ReserveOutcome } from '../../kernel/contract';
 import { AppError } from '../../kernel/errors';
 import {
@@ -266,12 +266,13 @@ async function reserveUnit(c: Context<AppEnv>): Promise<Response> {
     rememberKeyedAnswer(purchaseId, verified.expiresAt + KEYED_GRACE_MS);
   }
   if (!outcome.ok) {
-    // Fewer units left than asked for is not sold out: others may still buy what is left. A
-    // replayed SOLD_OUT of a purchase of several units may have been such a refusal too, and so
-    // may a stock shard's (its count of the goods' units misses those moving between shards).
-    const uncertain = c.get('quantity') > 1 && (outcome.replay || goods.shards > 1);
-    const soldOut = outcome.reason === 'SOLD_OUT' && !outcome.remaining && !uncertain;
-    if (soldOut) {
+    // Fewer units left than asked for is not sold out: others may still buy what is left; nor
+    // is a stock shard's refusal of several units (its count of the goods' units misses those
+    // moving between shards). A replayed SOLD_OUT is the key's old answer, not the stock now.
+    const uncertain = c.get('quantity') > 1 && goods.shards > 1;
+    if (outcome.reason === 'SOLD_OUT' && outcome.replay) {
+      recheckSoldOut(goods.id);
+    } else if (outcome.reason === 'SOLD_OUT' && !outcome.remaining && !uncertain) {
       markSoldOut(goods.id, Date.now(), acceptedKeyedOf(outcome));
     }
     throw refusal(outcome.reason, outcome.remaining);
