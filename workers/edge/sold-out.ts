@@ -1,8 +1,9 @@
 // The sold-out fast path: once a goods' object has said SOLD_OUT (or a snapshot showed no
-// stock), this isolate answers 410 on its own for SOLD_OUT_TRUST_MS. A SOLD_OUT the object
-// replays to a key (that key's answer from before) does not count: units may have come back. Then it lets exactly one
+// stock), this isolate answers 410 on its own for SOLD_OUT_TRUST_MS. Then it lets exactly one
 // request through to ask again, so a unit returned by a cancelled or timed-out order is sold
 // again within a few seconds, while the flood behind a sold-out sale never reaches the object.
+// A SOLD_OUT the object replays to a retried key (that key's answer from before) does not
+// count: units may have come back since.
 //
 // A request with an Idempotency-Key may be owed an earlier answer (a 202 its client never
 // saw), so it passes the fast path only when the object has actually answered its key: the
