@@ -1,6 +1,6 @@
 // Command-line options of `npm run bench`.
 import { parseArgs } from 'node:util';
-import { UsageError } from '../load/options.ts';
+import { intOption } from '../load/options.ts';
 
 export const BENCH_USAGE = `Usage: npm run bench [-- options]
 
@@ -67,17 +67,6 @@ const OPTIONS = {
 
 type Values = ReturnType<typeof parseArgs<{ options: typeof OPTIONS; strict: true }>>['values'];
 
-function int(value: string | undefined, name: string, min: number, max: number): number | undefined {
-  if (value === undefined) {
-    return undefined;
-  }
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < min || n > max) {
-    throw new UsageError(`--${name} must be an integer between ${min} and ${max}, got ${value}`);
-  }
-  return n;
-}
-
 /** Parses argv into the bench's settings; throws UsageError with a message for the user. */
 export function parseBenchOptions(argv: string[]): { help: true } | (BenchOptions & { help?: undefined }) {
   const { values } = parseArgs({ args: argv, options: OPTIONS, strict: true });
@@ -88,13 +77,13 @@ export function parseBenchOptions(argv: string[]): { help: true } | (BenchOption
 }
 
 function benchSettings(values: Values) {
-  const connections = int(values.connections, 'connections', 1, 10_000) ?? 100;
+  const connections = intOption(values.connections, 'connections', 1, 10_000) ?? 100;
   return {
-    durationS: int(values.duration, 'duration', 1, 600) ?? 10,
+    durationS: intOption(values.duration, 'duration', 1, 600) ?? 10,
     connections,
-    warmupS: int(values.warmup, 'warmup', 0, 600) ?? 3,
-    purchases: int(values.purchases, 'purchases', connections, 2_000_000),
-    consumerMessages: int(values['consumer-messages'], 'consumer-messages', 100, 1_000_000) ?? 20_000,
+    warmupS: intOption(values.warmup, 'warmup', 0, 600) ?? 3,
+    purchases: intOption(values.purchases, 'purchases', connections, 2_000_000),
+    consumerMessages: intOption(values['consumer-messages'], 'consumer-messages', 100, 1_000_000) ?? 20_000,
     databaseUrl: values['database-url'] ?? (process.env.DATABASE_URL || undefined),
     redisUrl: values['redis-url'],
     idempotencyKeys: values['idempotency-keys'] ?? false,
@@ -104,10 +93,10 @@ function benchSettings(values: Values) {
     json: values.json ?? false,
     verbose: values.verbose ?? false,
     profile: values.profile ?? false,
-    objectDelayMs: int(values['object-delay-ms'], 'object-delay-ms', 0, 10_000) ?? 50,
-    shards: int(values.shards, 'shards', 0, 64) ?? 8,
-    queueShoppers: int(values['queue-shoppers'], 'queue-shoppers', 0, 100_000) ?? 2_000,
-    admitPerSecond: int(values['admit-per-second'], 'admit-per-second', 1, 100_000) ?? 500,
+    objectDelayMs: intOption(values['object-delay-ms'], 'object-delay-ms', 0, 10_000) ?? 50,
+    shards: intOption(values.shards, 'shards', 0, 64) ?? 8,
+    queueShoppers: intOption(values['queue-shoppers'], 'queue-shoppers', 0, 100_000) ?? 2_000,
+    admitPerSecond: intOption(values['admit-per-second'], 'admit-per-second', 1, 100_000) ?? 500,
     classic: !(values['no-classic'] ?? false),
   };
 }

@@ -13,7 +13,7 @@ import type { CpuProfile, HeapProfile, ProfileSummary } from './profile.ts';
 import { formatExtras } from './report-extras.ts';
 import type { QueuePhase } from './room.ts';
 import type { Target, TargetInputs } from './targets.ts';
-import { formatRange } from './worker-latency.ts';
+import { formatRange, shareWithin } from './worker-latency.ts';
 
 export type Machine = {
   cpus: number;
@@ -152,11 +152,11 @@ export function formatBench(r: BenchResult): string {
   );
   const inWorker = r.purchase.inWorker;
   if (inWorker && inWorker.requests > 0) {
-    const within = inWorker.within.find((w) => w.ms === 100);
+    const within = shareWithin(inWorker, 100);
     lines.push(
       `purchase in the Worker's code (its own latency histogram, ${fmt(inWorker.requests)} requests): mean ${fmt(inWorker.meanMs, 1)} ms, ` +
         `p50 in ${formatRange(inWorker.p50)}, p99 in ${formatRange(inWorker.p99)}` +
-        `${within ? `, ${fmt(within.share * 100, 1)}% within 100 ms` : ''}; the load generator's mean ${fmt(r.purchase.meanMs, 1)} ms ` +
+        `${within === undefined ? '' : `, ${fmt(within * 100, 1)}% within 100 ms`}; the load generator's mean ${fmt(r.purchase.meanMs, 1)} ms ` +
         `and p99 ${fmt(r.purchase.p99Ms)} ms add the runtime's line before and after that code (alone, the floor's p99: ${fmt(r.floor.p99Ms)} ms)`,
     );
   }

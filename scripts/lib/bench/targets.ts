@@ -6,7 +6,7 @@ import type { ClassicRun } from './classic/index.ts';
 import type { BenchInvariants } from './invariants.ts';
 import { type CapacityModel, HOT_OBJECT_PER_SEC, TARGET_PURCHASES_PER_SEC } from './model.ts';
 import type { DelayPhase, ModelPhase, ShardPhase } from './phases.ts';
-import type { WorkerLatency } from './worker-latency.ts';
+import { shareWithin, type WorkerLatency } from './worker-latency.ts';
 
 export type Target = { name: string; ok: boolean; actual: string };
 type Ratioed = { ratioToFloor: number | null };
@@ -34,7 +34,7 @@ function sixteen(model: CapacityModel) {
 
 /** What share of the purchases the Worker's own code answered within 100 ms (its histogram has that bound). */
 function withinInWorker(w: WorkerLatency | undefined): string {
-  const share = w && w.requests > 0 ? w.within.find((x) => x.ms === 100)?.share : undefined;
+  const share = shareWithin(w, 100);
   return share === undefined ? '' : ` (in the Worker's code ${fmt(share * 100, 1)}% within 100 ms)`;
 }
 

@@ -91,6 +91,11 @@ export function workerLatency(route: string, before: string, after: string): Wor
   };
 }
 
+/** The share the Worker answered within `ms` (a bucket bound), or undefined with nothing observed or no such bound. */
+export function shareWithin(w: WorkerLatency | undefined, ms: number): number | undefined {
+  return w && w.requests > 0 ? w.within.find((x) => x.ms === ms)?.share : undefined;
+}
+
 /** "25-50 ms", "above 10,000 ms", or "-". */
 export function formatRange(r: BucketRange | null): string {
   if (!r) {

@@ -3,6 +3,7 @@
 // schedule it prints is the one it computes from.
 import { parseArgs } from 'node:util';
 import { backoffSeconds } from '../../../workers/kernel/backoff.ts';
+import { intOption } from '../load/options.ts';
 
 export const CHAOS_USAGE = `Usage: npm run chaos [-- options]
 
@@ -115,10 +116,7 @@ export function parseChaosOptions(argv: string[]): ChaosOptions {
   if (only?.some((k) => !/^[0a-f]$/.test(k))) {
     throw new Error(`--only takes phase keys among 0 a b c d e f, got ${values.only}`);
   }
-  const shards = values.shards === undefined ? 1 : Number(values.shards);
-  if (!Number.isInteger(shards) || shards < 1 || shards > 64) {
-    throw new Error(`--shards takes a whole number from 1 to 64, got ${values.shards}`);
-  }
+  const shards = intOption(values.shards, 'shards', 1, 64) ?? 1;
   return {
     mode: values.short ? 'short' : 'full',
     only,

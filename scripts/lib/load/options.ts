@@ -91,6 +91,11 @@ function number(
   return n;
 }
 
+/** An integer option from `min` to `max` (the scripts' other commands read theirs with it too). */
+export function intOption(value: string | undefined, name: string, min: number, max: number): number | undefined {
+  return number(value, name, { min, max });
+}
+
 /** ADMIN_TOKEN of the local settings, for a deployment on this machine. */
 function localAdminToken(): string | undefined {
   for (const file of ['.dev.vars', '.dev.vars.example']) {
