@@ -2,10 +2,13 @@
 // (plan.ts), on hand-made end states: no stack, no network.
 import { describe, expect, it } from 'vitest';
 import type { GoodsFacts } from '../../scripts/lib/chaos/collect.ts';
-import { chaosPlan, parseChaosOptions, retriesLastSeconds } from '../../scripts/lib/chaos/plan.ts';
+import { chaosPlan, parseChaosOptions, pastCapSeconds, retriesLastSeconds } from '../../scripts/lib/chaos/plan.ts';
 import type { TallySummary } from '../../scripts/lib/chaos/tally.ts';
 import { exitCode, faultEvidence, formatVerdict, judgePhase, type PhaseInput } from '../../scripts/lib/chaos/verdict.ts';
 import { sameAnswer } from '../../scripts/lib/load/replay.ts';
+import { backoffSeconds } from '../../workers/kernel/backoff.ts';
+import { DEFAULT_RETRY_SCHEDULE } from '../../workers/kernel/retry-schedule.ts';
+import { MIRROR_RETRY_CAP_MS } from '../../workers/mirror/sync.ts';
 
 const REST = 1_000_000;
 
@@ -237,6 +240,36 @@ describe('the plan', () => {
       expect(outage && outage.faultAtS + outage.faultForS).toBeLessThan(outage?.lengthS ?? 0);
     }
     expect(chaosPlan('full', production).phases.find((p) => p.fault === 'postgres-stopped')?.faultForS).toBeGreaterThanOrEqual(600);
+  });
+
+  it('keeps Redis down and the queue sends failing past the cap of the retries that wait them out', () => {
+    // The tries of a schedule that doubles to its cap and then keeps trying at it.
+    const triesAtCap = (capS: number, outageS: number) => {
+      let at = 0;
+      let capped = 0;
+      for (let attempt = 1; at < outageS; attempt++) {
+        const wait = backoffSeconds(attempt, capS);
+        at += wait;
+        if (wait === capS && at <= outageS) {
+          capped++;
+        }
+      }
+      return capped;
+    };
+    expect(pastCapSeconds(60)).toBe(63 + 120);
+    expect(triesAtCap(60, pastCapSeconds(60))).toBe(2);
+    expect(triesAtCap(4, pastCapSeconds(4))).toBe(2);
+    const full = chaosPlan('full', production).phases;
+    const redis = full.find((p) => p.fault === 'redis-killed');
+    const sends = full.find((p) => p.fault === 'queue-send-fails');
+    expect(triesAtCap(MIRROR_RETRY_CAP_MS / 1000, redis?.faultForS ?? 0)).toBeGreaterThanOrEqual(2);
+    expect(triesAtCap(DEFAULT_RETRY_SCHEDULE.outboxRetryCapSeconds, sends?.faultForS ?? 0)).toBeGreaterThanOrEqual(2);
+    const short = chaosPlan('short', production);
+    const shortSends = short.phases.find((p) => p.fault === 'queue-send-fails');
+    expect(triesAtCap(Number(short.schedule.bindings.OUTBOX_RETRY_CAP_SECONDS), shortSends?.faultForS ?? 0)).toBeGreaterThanOrEqual(2);
+    for (const p of [redis, sends, shortSends]) {
+      expect(p && p.faultAtS + p.faultForS).toBeLessThan(p?.lengthS ?? 0);
+    }
   });
 
   it('keeps the short run well under three minutes, and every fault in it', () => {

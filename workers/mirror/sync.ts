@@ -33,7 +33,8 @@ export type MirrorCheck =
   | { ok: false; reason: 'MIRROR_OFF' | 'NOT_INITIALIZED' | 'UNREACHABLE' | 'BUSY'; staleSince: number | null };
 
 const RETRY_BASE_MS = 1_000;
-const RETRY_MAX_MS = 60_000;
+/** The longest wait between two tries of a failed mirror write: 1 s doubling, then every minute, for as long as Redis is down. */
+export const MIRROR_RETRY_CAP_MS = 60_000;
 const CHECK_ATTEMPTS = 3;
 
 /**
@@ -242,7 +243,7 @@ export class MirrorSync {
       // The delta taken is gone with this attempt: only a full rewrite can catch up now.
       this.needsFull = true;
       this.failures++;
-      const backoff = Math.min(RETRY_MAX_MS, RETRY_BASE_MS * 2 ** Math.min(10, this.failures - 1));
+      const backoff = Math.min(MIRROR_RETRY_CAP_MS, RETRY_BASE_MS * 2 ** Math.min(10, this.failures - 1));
       this.nextRetry = Math.max(Date.now() + backoff, mirrorRetryAt(config));
       this.host.retryAt(this.nextRetry);
       if (!(error instanceof MirrorSkipped)) {

@@ -3,6 +3,8 @@
 // schedule it prints is the one it computes from.
 import { parseArgs } from 'node:util';
 import { backoffSeconds } from '../../../workers/kernel/backoff.ts';
+import { DEFAULT_RETRY_SCHEDULE } from '../../../workers/kernel/retry-schedule.ts';
+import { MIRROR_RETRY_CAP_MS } from '../../../workers/mirror/sync.ts';
 import { intOption } from '../load/options.ts';
 
 export const CHAOS_USAGE = `Usage: npm run chaos [-- options]
@@ -98,6 +100,18 @@ export type ChaosOptions = {
 /** The kernel's default cap of backoffSeconds (workers/kernel/backoff.ts). */
 const KERNEL_BACKOFF_CAP = 300;
 
+/**
+ * Seconds a fault must last to outlast a retry schedule that doubles from 1 s up to `capS` and
+ * then retries every `capS` for good: every doubling step, then two tries at the cap.
+ */
+export function pastCapSeconds(capS: number): number {
+  let total = 0;
+  for (let delay = 1; delay < capS; delay *= 2) {
+    total += delay;
+  }
+  return total + 2 * capS;
+}
+
 export function parseChaosOptions(argv: string[]): ChaosOptions {
   const { values } = parseArgs({
     args: argv,
@@ -161,14 +175,18 @@ function fullPlan(production: QueueSchedule): Omit<ChaosPlan, 'shards'> {
   const crowd = { stock: 50, buyers: 60, latecomers: 280, again: 20, hostile: 70, sellS: 40, lengthS: 75 };
   // Longer than the order queue's retries (8, up to 128 s apart: about 4 minutes) by far.
   const outageS = 630;
+  // The mirror's writes and the outbox's queue sends retry for good, 1 s doubling up to a cap
+  // (a minute each by default): these outages reach the cap and are retried at it twice.
+  const redisDownS = pastCapSeconds(MIRROR_RETRY_CAP_MS / 1000);
+  const sendsFailS = pastCapSeconds(DEFAULT_RETRY_SCHEDULE.outboxRetryCapSeconds);
   return {
     mode: 'full',
     phases: phases(crowd, {
       none: {},
       'postgres-stopped': { faultAtS: 15, faultForS: outageS, lengthS: 15 + outageS + 30 },
-      'redis-killed': { faultAtS: 15, faultForS: 20 },
+      'redis-killed': { faultAtS: 15, faultForS: redisDownS, lengthS: 15 + redisDownS + 30 },
       'object-reset': { resetsAtS: [5, 10, 15, 20, 25, 30, 35] },
-      'queue-send-fails': { faultAtS: 10, faultForS: 30 },
+      'queue-send-fails': { faultAtS: 10, faultForS: sendsFailS, lengthS: 10 + sendsFailS + 30 },
       'duplicate-deliveries': { faultAtS: 5, faultForS: 45 },
       'consumer-fails': { faultAtS: 10, faultForS: 30 },
     }),
@@ -203,7 +221,8 @@ function shortPlan(): Omit<ChaosPlan, 'shards'> {
     'postgres-stopped': { faultAtS: 3, faultForS: outageS, lengthS: 3 + outageS + 4 },
     'redis-killed': { faultAtS: 3, faultForS: 3 },
     'object-reset': { resetsAtS: [1.5, 3, 4.5, 6] },
-    'queue-send-fails': { faultAtS: 2, faultForS: 5 },
+    // Past the outbox's 4 s cap: its sends are retried at the cap before they go through.
+    'queue-send-fails': { faultAtS: 2, faultForS: pastCapSeconds(cap), lengthS: 2 + pastCapSeconds(cap) + 4 },
     'duplicate-deliveries': { faultAtS: 1, faultForS: 7 },
     // Shorter than the order queue's retries, so each message still gets a delivery after it.
     'consumer-fails': { faultAtS: 2, faultForS: Math.min(4, ordersRetriesLastS - 2) },
@@ -242,6 +261,9 @@ export function describeSchedule(plan: ChaosPlan): string[] {
   const delay = (q: QueueSettings) => (q.retryDelay === undefined ? 'the delay the consumer asks for' : `retry_delay ${q.retryDelay} s`);
   const bindings = Object.entries(s.bindings).map(([k, v]) => `${k}=${v}`);
   const outage = plan.phases.find((p) => p.fault === 'postgres-stopped');
+  const redis = plan.phases.find((p) => p.fault === 'redis-killed');
+  const sends = plan.phases.find((p) => p.fault === 'queue-send-fails');
+  const outboxCap = s.bindings.OUTBOX_RETRY_CAP_SECONDS ?? String(DEFAULT_RETRY_SCHEDULE.outboxRetryCapSeconds);
   return [
     `schedule (${plan.mode === 'full' ? "production's queue settings, wrangler.toml [env.production]" : 'shortened for CI'}):`,
     `  order queue:       max_retries ${s.orders.maxRetries}, backoff 1, 2, 4, ... s capped at ${s.backoffCapSeconds} s: retries end ${s.ordersRetriesLastS} s after the first failure`,
@@ -250,5 +272,9 @@ export function describeSchedule(plan: ChaosPlan): string[] {
     `  Worker settings:   ${bindings.length > 0 ? bindings.join(', ') : "the Worker's defaults"}`,
     `  cron:              every ${s.cronEveryMs / 1000} s${s.cronEveryMs === 60_000 ? ', on the minute, as in production' : ''}`,
     ...(outage ? [`  Postgres outage:   ${outage.faultForS} s`] : []),
+    ...(redis
+      ? [`  Redis down:        ${redis.faultForS} s (mirror writes retry 1 s doubling, then every ${MIRROR_RETRY_CAP_MS / 1000} s)`]
+      : []),
+    ...(sends ? [`  queue sends fail:  ${sends.faultForS} s (the outbox retries 1 s doubling, then every ${outboxCap} s)`] : []),
   ];
 }
