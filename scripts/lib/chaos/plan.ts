@@ -106,8 +106,8 @@ const KERNEL_BACKOFF_CAP = 300;
  */
 export function pastCapSeconds(capS: number): number {
   let total = 0;
-  for (let delay = 1; delay < capS; delay *= 2) {
-    total += delay;
+  for (let attempt = 1; backoffSeconds(attempt, capS) < capS; attempt++) {
+    total += backoffSeconds(attempt, capS);
   }
   return total + 2 * capS;
 }
