@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { callsWaited, capacityModel, modelInputs, objectsPerGoods } from '../../scripts/lib/bench/model.ts';
-import { bundleModules, byClass, classOfFile, cpuByClass } from '../../scripts/lib/bench/objects.ts';
+import { bundleModules, byClass, classOfFile, cpuByClass, purchasesPerStockCall } from '../../scripts/lib/bench/objects.ts';
 import type { CpuProfile } from '../../scripts/lib/bench/profile.ts';
 
 describe('the capacity model', () => {
@@ -41,6 +41,14 @@ describe('the capacity model', () => {
 
   it('sums the methods of each class', () => {
     expect(byClass({ EdgeGuard: { a: { calls: 1, items: 3 }, b: { calls: 2, items: 2 } } })).toEqual({ EdgeGuard: { calls: 3, items: 5 } });
+  });
+});
+
+describe('the group commit as counted', () => {
+  it('reads how many purchases a stock call carried, and nothing when none was made', () => {
+    expect(purchasesPerStockCall({ GoodsStock: { reserveMany: { calls: 4, items: 50 }, settle: { calls: 9, items: 9 } } })).toBe(12.5);
+    expect(purchasesPerStockCall({ GoodsStock: { settle: { calls: 2, items: 2 } } })).toBeNull();
+    expect(purchasesPerStockCall({})).toBeNull();
   });
 });
 

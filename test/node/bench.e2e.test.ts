@@ -56,7 +56,14 @@ type Result = {
     };
   };
   objectDelay: Phase & { delayMs: number; accepted: number; sequentialCallsP50: number };
-  shards: { shardsAsked: number; shardsReported: number; soldAll: boolean; accepted: number };
+  shards: {
+    shardsAsked: number;
+    shardsReported: number;
+    soldAll: boolean;
+    accepted: number;
+    purchasesPerCall: number | null;
+    objectCalls: Record<string, Record<string, { calls: number; items: number }>>;
+  };
   queue: { shoppers: number; joined: number; admitted: number; accepted: number; liveMessages: number; timedOut: number };
   classic: { skipped: string } | (Phase & { accepted: number; invariants: { ok: boolean } });
   profile: Record<string, { busyPct: number; allocatedKbPerRequest: number | null }>;
@@ -170,6 +177,11 @@ describe('npm run bench', () => {
     // The sharded goods sold every unit; the queue admitted and sold to every shopper who joined.
     expect(latest.shards).toMatchObject({ shardsAsked: 8, shardsReported: 8, soldAll: true });
     expect(latest.shards.accepted).toBeGreaterThan(0);
+    // Its timed purchases' calls were counted: every accepted purchase rode in a reserveMany call.
+    const reserve = latest.shards.objectCalls.GoodsStock?.reserveMany;
+    expect(reserve?.calls).toBeGreaterThan(0);
+    expect(reserve?.items).toBeGreaterThanOrEqual(latest.shards.accepted);
+    expect(latest.shards.purchasesPerCall).toBeGreaterThan(0);
     expect(latest.queue).toMatchObject({ shoppers: 60, joined: 60, admitted: 60, accepted: 60, timedOut: 0 });
     expect(latest.queue.liveMessages).toBeGreaterThanOrEqual(60);
     for (const name of ['8 shards', 'waiting room', 'object delay 50 ms', 'object CPU']) {

@@ -47,6 +47,12 @@ export function byClass(counts: ObjectCallCounts): ClassCalls {
   return out;
 }
 
+/** Purchases one `reserveMany` call carried on average (the edge's group commit), or null when none was made. */
+export function purchasesPerStockCall(counts: ObjectCallCounts): number | null {
+  const reserve = counts.GoodsStock?.reserveMany;
+  return reserve && reserve.calls > 0 ? round(reserve.items / reserve.calls, 1) : null;
+}
+
 /** The counts of a stretch of the run: zeroed before `run`, read after it. */
 export async function countCalls<T>(api: ObjectCallsApi, run: () => Promise<T>): Promise<{ result: T; counts: ObjectCallCounts }> {
   await api.set({ reset: true });

@@ -2,6 +2,8 @@
 // object calls behind the capacity model (and the CPU they cost), purchases under a delay on
 // every object call, a sharded goods beside the one-shard purchase phase, the waiting room, and
 // the classic stack. Each returns its numbers and the goods whose invariants bench.ts checks.
+
+import type { ObjectCallCounts } from '../../../workers/kernel/object-calls.ts';
 import { type AdminApi, liveOrders } from '../load/admin.ts';
 import type { HttpClient } from '../load/http-client.ts';
 import { round } from '../load/metrics.ts';
@@ -19,6 +21,7 @@ import {
   type JourneyWalk,
   journeys,
   type ObjectCallsApi,
+  purchasesPerStockCall,
 } from './objects.ts';
 import type { BenchOptions } from './options.ts';
 import { workerCpuMs } from './process-cpu.ts';
@@ -191,6 +194,9 @@ export type ShardPhase = PhaseResult & {
   sellOut: PhaseResult | null;
   soldAll: boolean;
   remaining: number | null;
+  /** The timed purchases' object calls (before the sell-out), and how many purchases a stock call carried. */
+  objectCalls: ObjectCallCounts;
+  purchasesPerCall: number | null;
 };
 
 /**
@@ -206,7 +212,10 @@ export async function shardPhase(
   c.say(`${shards} shards: ${stock} units, purchases for ${c.o.durationS} s, then until sold out...`);
   const goods = await saleGoods(c, `${shards} shards`, stock, { shards });
   const accepted = new Set<string>();
-  const timed = await purchases(c, `shard${shards}`, goods.goodsId, Math.max(oneShard.shoppers, c.o.connections), accepted);
+  // Counted: on one thread every shard's batch is its own transaction, so its size is what sharding costs here.
+  const { result: timed, counts } = await countCalls(c.calls, () =>
+    purchases(c, `shard${shards}`, goods.goodsId, Math.max(oneShard.shoppers, c.o.connections), accepted),
+  );
   const inPhase = accepted.size;
   await c.admin.waitAtRest(goods.goodsId, { timeoutMs: 300_000, intervalMs: 200 });
   const left = (await c.admin.stats(goods.goodsId)).doRemaining ?? 0;
@@ -230,6 +239,8 @@ export async function shardPhase(
       sellOut,
       soldAll,
       remaining: stats?.doRemaining ?? null,
+      objectCalls: counts,
+      purchasesPerCall: purchasesPerStockCall(counts),
     },
     goods: [{ name: `${shards} shards`, goodsId: goods.goodsId, accepted }],
   };

@@ -1,14 +1,16 @@
 // The bench table's later sections: the capacity model and its inputs, the delayed, sharded,
 // waiting-room and classic-stack phases.
+
+import type { ObjectCallCounts } from '../../../workers/kernel/object-calls.ts';
 import { fmt, table } from '../load/metrics.ts';
 import type { ClassicRun } from './classic/index.ts';
 import { MODEL_SHARDS, objectsPerGoods, TARGET_PURCHASES_PER_SEC } from './model.ts';
-import { RESULT_POLL_MS } from './objects.ts';
+import { purchasesPerStockCall, RESULT_POLL_MS } from './objects.ts';
 import type { DelayPhase, ModelPhase, ShardPhase } from './phases.ts';
 import type { QueuePhase } from './room.ts';
 
 type Extras = {
-  purchase: { acceptedPerSec: number };
+  purchase: { acceptedPerSec: number; objectCalls?: ObjectCallCounts };
   model: ModelPhase;
   objectDelay: DelayPhase | null;
   shards: ShardPhase | null;
@@ -100,7 +102,8 @@ export function formatExtras(r: Extras): string[] {
       fmt(s.p90Ms),
       fmt(s.p99Ms),
       `${fmt(s.acceptedPerSec)} purchases/s, ${s.ratioToOneShard}x of 1 shard; ${s.shardsReported} in the stats; ` +
-        `${s.soldAll ? `all ${fmt(s.stock)} units sold` : `${fmt(s.remaining)} of ${fmt(s.stock)} units left`}`,
+        `${s.soldAll ? `all ${fmt(s.stock)} units sold` : `${fmt(s.remaining)} of ${fmt(s.stock)} units left`}; ` +
+        `${fmt(s.purchasesPerCall, 1)} purchases a stock call (1 shard: ${fmt(r.purchase.objectCalls && purchasesPerStockCall(r.purchase.objectCalls), 1)})`,
     ]);
   }
   const c = 'skipped' in r.classic ? undefined : r.classic;
