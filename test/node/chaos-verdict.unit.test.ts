@@ -8,7 +8,7 @@ import { exitCode, faultEvidence, formatVerdict, judgePhase, type PhaseInput } f
 import { sameAnswer } from '../../scripts/lib/load/replay.ts';
 import { backoffSeconds } from '../../workers/kernel/backoff.ts';
 import { DEFAULT_RETRY_SCHEDULE } from '../../workers/kernel/retry-schedule.ts';
-import { MIRROR_RETRY_CAP_MS } from '../../workers/mirror/sync.ts';
+import { MIRROR_RETRY_CAP_SECONDS } from '../../workers/mirror/sync.ts';
 
 const REST = 1_000_000;
 
@@ -262,7 +262,7 @@ describe('the plan', () => {
     const full = chaosPlan('full', production).phases;
     const redis = full.find((p) => p.fault === 'redis-killed');
     const sends = full.find((p) => p.fault === 'queue-send-fails');
-    expect(triesAtCap(MIRROR_RETRY_CAP_MS / 1000, redis?.faultForS ?? 0)).toBeGreaterThanOrEqual(2);
+    expect(triesAtCap(MIRROR_RETRY_CAP_SECONDS, redis?.faultForS ?? 0)).toBeGreaterThanOrEqual(2);
     expect(triesAtCap(DEFAULT_RETRY_SCHEDULE.outboxRetryCapSeconds, sends?.faultForS ?? 0)).toBeGreaterThanOrEqual(2);
     const short = chaosPlan('short', production);
     const shortSends = short.phases.find((p) => p.fault === 'queue-send-fails');

@@ -1,3 +1,4 @@
+import { backoffSeconds } from '../kernel/backoff';
 import { log } from '../kernel/log';
 import { MirrorSkipped, type MirrorView, mirrorRetryAt, type RedisConfig, readMirrorView, writeMirror } from './client';
 import { compareMirror, type MirrorDiscrepancy, type MirrorExpectation } from './compare';
@@ -32,9 +33,8 @@ export type MirrorCheck =
     }
   | { ok: false; reason: 'MIRROR_OFF' | 'NOT_INITIALIZED' | 'UNREACHABLE' | 'BUSY'; staleSince: number | null };
 
-const RETRY_BASE_MS = 1_000;
-/** The longest wait between two tries of a failed mirror write: 1 s doubling, then every minute, for as long as Redis is down. */
-export const MIRROR_RETRY_CAP_MS = 60_000;
+/** The longest wait between two tries of a failed mirror write: 1 s doubling (backoffSeconds), then every minute, for as long as Redis is down. */
+export const MIRROR_RETRY_CAP_SECONDS = 60;
 const CHECK_ATTEMPTS = 3;
 
 /**
@@ -243,7 +243,7 @@ export class MirrorSync {
       // The delta taken is gone with this attempt: only a full rewrite can catch up now.
       this.needsFull = true;
       this.failures++;
-      const backoff = Math.min(MIRROR_RETRY_CAP_MS, RETRY_BASE_MS * 2 ** Math.min(10, this.failures - 1));
+      const backoff = backoffSeconds(this.failures, MIRROR_RETRY_CAP_SECONDS) * 1000;
       this.nextRetry = Math.max(Date.now() + backoff, mirrorRetryAt(config));
       this.host.retryAt(this.nextRetry);
       if (!(error instanceof MirrorSkipped)) {

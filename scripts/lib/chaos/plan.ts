@@ -4,7 +4,7 @@
 import { parseArgs } from 'node:util';
 import { backoffSeconds } from '../../../workers/kernel/backoff.ts';
 import { DEFAULT_RETRY_SCHEDULE } from '../../../workers/kernel/retry-schedule.ts';
-import { MIRROR_RETRY_CAP_MS } from '../../../workers/mirror/sync.ts';
+import { MIRROR_RETRY_CAP_SECONDS } from '../../../workers/mirror/sync.ts';
 import { intOption } from '../load/options.ts';
 
 export const CHAOS_USAGE = `Usage: npm run chaos [-- options]
@@ -177,7 +177,7 @@ function fullPlan(production: QueueSchedule): Omit<ChaosPlan, 'shards'> {
   const outageS = 630;
   // The mirror's writes and the outbox's queue sends retry for good, 1 s doubling up to a cap
   // (a minute each by default): these outages reach the cap and are retried at it twice.
-  const redisDownS = pastCapSeconds(MIRROR_RETRY_CAP_MS / 1000);
+  const redisDownS = pastCapSeconds(MIRROR_RETRY_CAP_SECONDS);
   const sendsFailS = pastCapSeconds(DEFAULT_RETRY_SCHEDULE.outboxRetryCapSeconds);
   return {
     mode: 'full',
@@ -273,7 +273,7 @@ export function describeSchedule(plan: ChaosPlan): string[] {
     `  cron:              every ${s.cronEveryMs / 1000} s${s.cronEveryMs === 60_000 ? ', on the minute, as in production' : ''}`,
     ...(outage ? [`  Postgres outage:   ${outage.faultForS} s`] : []),
     ...(redis
-      ? [`  Redis down:        ${redis.faultForS} s (mirror writes retry 1 s doubling, then every ${MIRROR_RETRY_CAP_MS / 1000} s)`]
+      ? [`  Redis down:        ${redis.faultForS} s (mirror writes retry 1 s doubling, then every ${MIRROR_RETRY_CAP_SECONDS} s)`]
       : []),
     ...(sends ? [`  queue sends fail:  ${sends.faultForS} s (the outbox retries 1 s doubling, then every ${outboxCap} s)`] : []),
   ];
