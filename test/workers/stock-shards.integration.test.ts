@@ -1,12 +1,10 @@
 import { env, runInDurableObject } from 'cloudflare:test';
 import { eq } from 'drizzle-orm';
-import { describe, expect, it, vi } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { seckillOrder } from '../../db/schema';
 import type { GoodsStock } from '../../durable-objects/goods-stock/index';
 import type { LeaseRow } from '../../durable-objects/goods-stock/lease-store';
-import { coalesceMs } from '../../durable-objects/goods-stock/outbox';
 import { goodsStock } from '../../durable-objects/routing';
-import type { OrderPack, StockSnapshot } from '../../workers/kernel/contract';
 import { shardOf } from '../../workers/kernel/shards';
 import {
   ADMIN,
@@ -16,72 +14,18 @@ import {
   call,
   createGoods,
   devToken,
-  driveTimeouts,
-  eventually,
   grantInFlight,
   json,
-  pool,
   purchaseToken,
   reconcileNow,
   settled,
   sql,
-  type stats,
 } from './helpers';
+import { expectOneOrderEach, SHARDS, type ShardedStats, sale, shardedStats, shardSnapshots, usersOn } from './shards-helpers';
 
-// A hot goods spread over several stock objects: leases from shard 0's pool, background
-// refills, the endgame's give-backs, releases, and the totals across shards.
-
-const SHARDS = 8;
-
-type ShardedStats = Awaited<ReturnType<typeof stats>> & {
-  shards: { shard: number; remaining: number; queued: number; confirmed: number }[];
-  poolCalls: number;
-};
-
-async function shardedStats(goodsId: number): Promise<ShardedStats> {
-  const res = await call(`/admin/goods/${goodsId}/stats`, { headers: ADMIN });
-  expect(res.status).toBe(200);
-  return json<ShardedStats>(res);
-}
-
-/** `n` user ids that all land on `shard` of `shards` (a prefix keeps each test's shoppers apart). */
-function usersOn(prefix: string, shard: number, shards: number, n: number): string[] {
-  const out: string[] = [];
-  for (let i = 0; out.length < n; i++) {
-    const id = `${prefix}-${i}`;
-    if (shardOf(id, shards) === shard) {
-      out.push(id);
-    }
-  }
-  return out;
-}
-
-/** Every shopper gets a token first, then all of them try to buy at once (`together` at a time): the answers' statuses. */
-async function sale(goodsId: number, users: string[], together = 24): Promise<{ userId: string; status: number; code?: string }[]> {
-  const ready = await pool(users.length, 16, async (i) => {
-    const userId = users[i] ?? '';
-    const jwt = await devToken(userId);
-    return { userId, jwt, ...(await purchaseToken(jwt, goodsId)) };
-  });
-  return pool(ready.length, together, async (i) => {
-    const s = ready[i];
-    if (!s) {
-      throw new Error('missing shopper');
-    }
-    const res = await call(`/api/seckill/do/${s.path}`, { method: 'POST', headers: bearer(s.jwt), json: { goodsId, token: s.token } });
-    const body = await json<{ error?: { code: string } }>(res);
-    return { userId: s.userId, status: res.status, code: body.error?.code };
-  });
-}
-
-async function shardSnapshots(goodsId: number): Promise<(StockSnapshot | undefined)[]> {
-  const goods = { id: goodsId, locationHint: null };
-  return Promise.all(Array.from({ length: SHARDS }, (_, k) => goodsStock(env, goods, k).snapshot()));
-}
-
-function expectOneOrderEach(orders: { userId: string }[]) {
-  expect(new Set(orders.map((o) => o.userId)).size).toBe(orders.length);
-}
+// A hot goods spread over several stock objects: the settings, leases from shard 0's pool,
+// the endgame's asks and give-backs (answers lost included), and resets while units move
+// (stock-shards-releases.integration.test.ts has releases, refills and the rules).
 
 describe('stock shards: settings', () => {
   it('POST /admin/goods takes shards 1-64, echoes it, and refuses anything else with 400', async () => {
@@ -344,162 +288,6 @@ describe('stock shards: a sale', () => {
     const [shopper] = usersOn('alarm-race', 2, 3, 1);
     expect((await buy(shopper ?? '', goodsId)).status).toBe(202);
     expect(await settled(goodsId)).toMatchObject({ doRemaining: 0, orders: { PENDING_PAYMENT: 1 }, consistent: true });
-  });
-
-  it('a cancelled unit goes back to its shard and is then sold to a shopper of another shard', async () => {
-    const STOCK = 4;
-    const { goodsId } = await createGoods({ stock: STOCK, shards: SHARDS });
-    const buyers = usersOn('give-back', 2, SHARDS, STOCK);
-    const bought = [];
-    for (const u of buyers) {
-      bought.push(await buyOrder(u, goodsId));
-    }
-    await settled(goodsId);
-    const [late] = usersOn('give-back-late', 5, SHARDS, 1);
-    const refused = await sale(goodsId, [late ?? '']);
-    expect(refused[0]).toMatchObject({ status: 410, code: 'SOLD_OUT' });
-
-    const first = bought[0];
-    if (!first) {
-      throw new Error('nothing bought');
-    }
-    const cancelled = await call(`/api/orders/${first.orderId}/cancel`, { method: 'POST', headers: bearer(first.jwt) });
-    expect(cancelled.status).toBe(200);
-    const snapshots = await shardSnapshots(goodsId);
-    expect(snapshots[2]?.remaining).toBe(1);
-    // Past the edge's and the pool's memory of the sell-out (they last 2 s and 1 s).
-    await new Promise((r) => setTimeout(r, 2_100));
-    const [other] = usersOn('give-back-other', 5, SHARDS, 1);
-    const resold = await buyOrder(other ?? '', goodsId);
-    expect(Number(resold.orderId.split('-')[1])).toBeGreaterThan(5e10);
-    const s = await settled(goodsId);
-    expect(s).toMatchObject({ doRemaining: 0, dbStock: 0, consistent: true });
-    expect(s.orders).toMatchObject({ PENDING_PAYMENT: STOCK, CANCELLED: 1 });
-  });
-
-  it('asks the pool rarely: a balanced sale makes fewer calls between shards than it sells units', async () => {
-    const STOCK = 300;
-    const { goodsId } = await createGoods({ stock: STOCK, shards: SHARDS });
-    const users = Array.from({ length: 320 }, (_, i) => `rare-pool-${i}`);
-    const answers = await sale(goodsId, users);
-    const refusals = answers.filter((a) => a.status !== 202).map((a) => `${a.status} ${a.code}`);
-    expect(refusals).toEqual(Array.from({ length: users.length - STOCK }, () => '410 SOLD_OUT'));
-    await settled(goodsId, 60_000);
-    // Counted at rest: on a busy machine the endgame's last give-backs can still be on their way
-    // when every shopper has an answer, so the shards and the stats agree once both are read after.
-    let asks = 0;
-    let poolCalls = 0;
-    await vi.waitFor(
-      async () => {
-        const snapshots = await shardSnapshots(goodsId);
-        asks = snapshots.slice(1).reduce((n, x) => n + (x?.poolCalls ?? 0), 0);
-        ({ poolCalls } = await shardedStats(goodsId));
-        expect(poolCalls).toBe(asks + (snapshots[0]?.poolCalls ?? 0));
-      },
-      { timeout: 10_000, interval: 250 },
-    );
-    // One first lease each, a refill or two, and the endgame's asks and give-backs (a few per shard
-    // while the last units are spread thin): they grow with the shards, not with the units.
-    expect(asks).toBeGreaterThanOrEqual(SHARDS - 1);
-    console.info(`stock-shards: ${STOCK} units over ${SHARDS} shards took ${poolCalls} calls between shards (${asks} leases asked)`);
-    // Leases of 19 units and the endgame's asks and give-backs made 98-174 here (busier objects
-    // see smaller batches, so more asks); a call per unit would be 300.
-    expect(poolCalls).toBeLessThan(STOCK);
-    // 9 s here; a slow machine's 320 purchases and their orders need more than the default minute.
-  }, 120_000);
-
-  it("a shard waits for its shards' share of calls before it sends, so its packs fill as one object's do", async () => {
-    const { goodsId } = await createGoods({ stock: 40, shards: SHARDS });
-    const shard = 3;
-    const stub = goodsStock(env, { id: goodsId, shards: SHARDS, locationHint: null }, shard);
-    const sends: { at: number; orders: number }[] = [];
-    const recording = {
-      sendBatch: async (messages: Iterable<MessageSendRequest<OrderPack>>) => {
-        for (const m of messages) {
-          sends.push({ at: Date.now(), orders: m.body.orders.length });
-        }
-      },
-    } as unknown as Queue;
-    await runInDurableObject(stub, (instance: GoodsStock) => {
-      (instance as unknown as { env: Env }).env = { ...env, ORDER_QUEUE: recording };
-    });
-    const [warm, a, b] = usersOn('coalesce', shard, SHARDS, 3);
-    const item = (userId: string | undefined, n: number) => ({
-      requestId: `${goodsId}.${'c'.repeat(21)}${n}`,
-      userId: userId ?? '',
-      tokenId: `coalesce-token-${goodsId}-${n}`,
-      tokenExpiresAt: Date.now() + 60_000,
-      keyed: false,
-    });
-    // The shard's first call takes its lease from shard 0 first; on a busy machine that put the
-    // second call's commit past the wait. Timed from when the shard holds stock.
-    expect((await stub.reserveMany(goodsId, [item(warm, 0)], shard))[0]?.ok).toBe(true);
-    await eventually(async () => sends.length > 0, 5_000);
-    sends.length = 0;
-    const started = Date.now();
-    // Two calls at once, as two isolates' batches arrive: one after the other, a busy machine could
-    // put more than the wait between them.
-    const outcomes = await Promise.all([stub.reserveMany(goodsId, [item(a, 1)], shard), stub.reserveMany(goodsId, [item(b, 2)], shard)]);
-    expect(outcomes.flat().map((o) => o.ok)).toEqual([true, true]);
-    await eventually(async () => sends.length > 0, 5_000);
-    // One of 8 shards waits 8 x SEND_COALESCE_MS (a timer never fires early), and the two calls'
-    // orders leave in one pack.
-    expect((sends[0]?.at ?? 0) - started).toBeGreaterThanOrEqual(coalesceMs(SHARDS));
-    expect(sends[0]?.orders).toBe(2);
-  });
-
-  it('a timed-out order gives its unit back to its shard, and a shopper of another shard buys it', async () => {
-    const { goodsId } = await createGoods({ stock: 1, shards: SHARDS });
-    const [first] = usersOn('timeout-first', 6, SHARDS, 1);
-    const held = await buyOrder(first ?? '', goodsId);
-    await settled(goodsId);
-    const timeout = await driveTimeouts([{ orderId: held.orderId, goodsId }], Date.now() + 3600_000);
-    expect(timeout.explicitAcks).toHaveLength(1);
-    expect((await settled(goodsId)).doRemaining).toBe(1);
-    expect((await shardSnapshots(goodsId))[6]?.remaining).toBe(1);
-    const [second] = usersOn('timeout-second', 1, SHARDS, 1);
-    const resold = await buyOrder(second ?? '', goodsId);
-    expect(Math.floor(Number(resold.orderId.split('-')[1]) / 1e10)).toBe(1);
-    expect(await settled(goodsId)).toMatchObject({ doRemaining: 0, dbStock: 0, orders: { PENDING_PAYMENT: 1, CLOSED_TIMEOUT: 1 } });
-  });
-});
-
-describe('stock shards: the sale rules hold on every shard', () => {
-  it('one unit per shopper, pause and resume on every shard', async () => {
-    const { goodsId } = await createGoods({ stock: 20, shards: SHARDS });
-    const [a, b] = usersOn('rules-a', 4, SHARDS, 2);
-    expect((await buy(a ?? '', goodsId)).status).toBe(202);
-    const twice = await buy(a ?? '', goodsId);
-    expect(twice.status).toBe(409);
-    expect(twice.body).toMatchObject({ error: { code: 'ALREADY_PURCHASED' } });
-
-    expect((await call(`/admin/goods/${goodsId}/pause`, { method: 'POST', headers: ADMIN })).status).toBe(200);
-    const snapshots = await shardSnapshots(goodsId);
-    expect(snapshots.every((x) => x?.paused === true)).toBe(true);
-    const paused = await buy(b ?? '', goodsId);
-    expect(paused.status).toBe(423);
-    expect((await call(`/admin/goods/${goodsId}/resume`, { method: 'POST', headers: ADMIN })).status).toBe(200);
-    const [c] = usersOn('rules-c', 7, SHARDS, 1);
-    expect((await buy(c ?? '', goodsId)).status).toBe(202);
-    expect(await settled(goodsId)).toMatchObject({ doRemaining: 18, orders: { PENDING_PAYMENT: 2 } });
-  });
-});
-
-describe('stock shards: the dev reset', () => {
-  it('throws away the in-memory state of every shard, and the stock stays', async () => {
-    const { goodsId } = await createGoods({ stock: 16, shards: SHARDS });
-    // A purchase on every shard: each instance counts the reservation calls it took.
-    for (let k = 0; k < SHARDS; k++) {
-      expect((await buy(usersOn('reset', k, SHARDS, 1)[0] ?? '', goodsId)).status).toBe(202);
-    }
-    expect((await shardSnapshots(goodsId)).every((s) => (s?.reserveRequests ?? 0) > 0)).toBe(true);
-    const res = await call('/admin/dev/faults/reset', { method: 'POST', headers: ADMIN, json: { goodsId } });
-    expect(res.status).toBe(200);
-    expect(await json(res)).toEqual({ goodsId, reset: true });
-    // New instances everywhere (their counts start again), with the stock as storage kept it.
-    const after = await shardSnapshots(goodsId);
-    expect(after.map((s) => s?.reserveRequests)).toEqual(Array(SHARDS).fill(0));
-    expect(after.reduce((n, s) => n + (s?.remaining ?? 0), 0)).toBe(16 - SHARDS);
   });
 });
 
