@@ -25,6 +25,7 @@ function healthy(stock = 3): PhaseInput {
     hostile: { sent: 5, refused: 5, letThrough: 0, examples: [] },
     idempotency: { compared: 2, mismatches: 0, examples: [] },
     fiveXXExamples: [],
+    noAnswerExamples: [],
   };
   const facts: GoodsFacts = {
     goodsId: 1,
@@ -112,11 +113,16 @@ describe('judgePhase', () => {
       fiveXX: 1,
       fiveXXExamples: ['purchase: 500 INTERNAL'],
       noAnswer: 1,
+      noAnswerExamples: ['result: timeout after 15002 ms'],
       hostile: { sent: 5, refused: 4, letThrough: 1, examples: ['replayed-token: 202'] },
       idempotency: { compared: 2, mismatches: 1, examples: ['202 then 410 SOLD_OUT'] },
     };
     expect(failedChecks(p).sort()).toEqual(
       ['a retry with the same key gets the same answer', 'every request answered', 'hostile requests refused', 'no 5xx'].sort(),
+    );
+    // The detail names the request that went unanswered and how long it waited.
+    expect(judgePhase(p).checks.find((c) => c.name === 'every request answered')?.detail).toBe(
+      '1 without an answer (timeout or connection lost): result: timeout after 15002 ms',
     );
   });
 

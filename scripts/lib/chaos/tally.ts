@@ -35,6 +35,7 @@ export type TallySummary = {
   hostile: { sent: number; refused: number; letThrough: number; examples: string[] };
   idempotency: { compared: number; mismatches: number; examples: string[] };
   fiveXXExamples: string[];
+  noAnswerExamples: string[];
 };
 
 export class PhaseTally {
@@ -45,6 +46,7 @@ export class PhaseTally {
   busy = 0;
   noAnswer = 0;
   readonly fiveXXExamples: string[] = [];
+  readonly noAnswerExamples: string[] = [];
   readonly hostile = { sent: 0, refused: 0, letThrough: 0, examples: [] as string[] };
   readonly idempotency = { compared: 0, mismatches: 0, examples: [] as string[] };
 
@@ -56,6 +58,9 @@ export class PhaseTally {
     counts[key] = (counts[key] ?? 0) + 1;
     if (answer.status === 0) {
       this.noAnswer++;
+      if (this.noAnswerExamples.length < 5) {
+        this.noAnswerExamples.push(`${what}: ${answer.error ?? 'no answer'} after ${Math.round(answer.ms)} ms`);
+      }
     } else if (allowed503(answer)) {
       this.busy++;
     } else if (answer.status >= 500) {
@@ -121,6 +126,7 @@ export class PhaseTally {
       hostile: structuredClone(this.hostile),
       idempotency: structuredClone(this.idempotency),
       fiveXXExamples: [...this.fiveXXExamples],
+      noAnswerExamples: [...this.noAnswerExamples],
     };
   }
 }

@@ -117,7 +117,11 @@ export function judgePhase(p: PhaseInput): PhaseVerdict {
       `${holdingTwo} shoppers with two live orders, ${twoForOne} requests with two orders, ${wrongOrder} results naming another order`,
     ),
     check('no 5xx', tally.fiveXX === 0, tally.fiveXX === 0 ? `0 of ${tally.requests}` : tally.fiveXXExamples.join(' | ')),
-    check('every request answered', tally.noAnswer === 0, `${tally.noAnswer} without an answer (timeout or connection lost)`),
+    check(
+      'every request answered',
+      tally.noAnswer === 0,
+      `${tally.noAnswer} without an answer (timeout or connection lost)${tally.noAnswerExamples.length ? `: ${tally.noAnswerExamples.join(' | ')}` : ''}`,
+    ),
     check(
       'hostile requests refused',
       tally.hostile.letThrough === 0,
