@@ -36,16 +36,17 @@ export function httpClient(
     if (answer.staleSocket) {
       // The server had closed this kept-alive connection before our request went out on it
       // (workerd closes a connection whose request body a handler did not read). The request
-      // never reached it; a browser sends it again on a new connection, and so do we.
+      // never reached it; a browser sends it again on a new connection, and so do we: a new one,
+      // not the pool's next, which the server may have closed the same way.
       stats.staleRetries++;
-      return once(method, path, init);
+      return once(method, path, init, true);
     }
     return answer;
   }
 
   const stats = { staleRetries: 0 };
 
-  function once(method: string, path: string, init: RequestInit): Promise<Answer & { staleSocket?: boolean }> {
+  function once(method: string, path: string, init: RequestInit, newConnection = false): Promise<Answer & { staleSocket?: boolean }> {
     const headers: Record<string, string> = { ...defaultHeaders, ...init.headers };
     let body = init.body;
     if (init.json !== undefined) {
@@ -73,7 +74,8 @@ export function httpClient(
           method,
           path: prefix + path,
           headers,
-          agent,
+          // No agent: a connection of its own, closed after its answer.
+          agent: newConnection ? false : agent,
         },
         (res) => {
           responded = true;

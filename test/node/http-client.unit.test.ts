@@ -1,0 +1,74 @@
+// The load tools' HTTP client against a server that closes kept-alive connections under it, as
+// workerd does when a handler answers without reading the request's body.
+import { once } from 'node:events';
+import { createServer, type Server, type Socket } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { httpClient } from '../../scripts/lib/load/http-client.ts';
+
+/**
+ * A minimal HTTP/1.1 server: each connection answers its first request (kept alive) and resets
+ * on its second, before answering it. Counts the requests it answered.
+ */
+async function oneRequestAConnection(): Promise<{ server: Server; url: string; answered: () => number; connections: () => number }> {
+  let answered = 0;
+  let connections = 0;
+  const server = createServer((socket: Socket) => {
+    connections++;
+    let requests = 0;
+    let buffered = '';
+    socket.on('data', (chunk) => {
+      buffered += chunk.toString('latin1');
+      while (buffered.includes('\r\n\r\n')) {
+        buffered = buffered.slice(buffered.indexOf('\r\n\r\n') + 4);
+        requests++;
+        if (requests > 1) {
+          socket.resetAndDestroy();
+          return;
+        }
+        answered++;
+        socket.write(
+          'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\nconnection: keep-alive\r\n\r\n{"ok":true}',
+        );
+      }
+    });
+    socket.on('error', () => {});
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const address = server.address();
+  if (!address || typeof address === 'string') {
+    throw new Error('no port');
+  }
+  return { server, url: `http://127.0.0.1:${address.port}`, answered: () => answered, connections: () => connections };
+}
+
+describe('httpClient', () => {
+  let server: Server | undefined;
+  afterEach(() => {
+    server?.close();
+  });
+
+  it('sends a request again on a new connection when its kept-alive one was closed, even when every pooled one was', async () => {
+    const s = await oneRequestAConnection();
+    server = s.server;
+    const http = httpClient(s.url, { maxSockets: 4, timeoutMs: 5_000 });
+    try {
+      // Four connections, each answered once and kept in the pool.
+      const first = await Promise.all(Array.from({ length: 4 }, () => http.get('/')));
+      expect(first.map((a) => a.status)).toEqual([200, 200, 200, 200]);
+      expect(s.connections()).toBe(4);
+
+      // Each pooled connection now resets its next request. One request at a time, so the pool
+      // still holds closed connections when a retry goes out: it must not take one of them.
+      const again = [];
+      for (let i = 0; i < 4; i++) {
+        again.push(await http.post('/', { json: { n: i } }));
+      }
+      expect(again.map((a) => `${a.status}${a.error ? ` ${a.error}` : ''}`)).toEqual(['200', '200', '200', '200']);
+      expect(http.staleRetries).toBe(4);
+      expect(s.answered()).toBe(8);
+    } finally {
+      http.close();
+    }
+  });
+});
