@@ -48,10 +48,10 @@ const WORKER_DEPS = [
 
 /**
  * The unit tests of the Worker's code: pure functions and classes (rules, windows, parsers,
- * codecs, schedules) that need no binding, run in Node beside the scripts' unit tests. A workerd
- * a file costs about 3 s of two cores to start and load the Worker into, which is most of what
- * such a file takes. What needs `cloudflare:*` (an `env`, an object, the Worker) is an
- * integration test and runs in workerd.
+ * codecs, schedules) that need no binding, run in Node beside the scripts' unit tests. In
+ * workerd each file would get a workerd of its own, about 3 s of the two cores to start and
+ * load the Worker into: most of what such a file takes. What needs `cloudflare:*` (an `env`, an
+ * object, the Worker) is an integration test and runs in workerd.
  */
 const WORKER_UNIT_TESTS = 'test/workers/**/*.unit.test.ts';
 
