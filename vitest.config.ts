@@ -47,15 +47,6 @@ const WORKER_DEPS = [
 ];
 
 /**
- * The unit tests of the Worker's code: pure functions and classes (rules, windows, parsers,
- * codecs, schedules) that need no binding, run in Node beside the scripts' unit tests. In
- * workerd each file would get a workerd of its own, about 3 s of the two cores to start and
- * load the Worker into: most of what such a file takes. What needs `cloudflare:*` (an `env`, an
- * object, the Worker) is an integration test and runs in workerd.
- */
-const WORKER_UNIT_TESTS = 'test/workers/**/*.unit.test.ts';
-
-/**
  * A project of Worker test files. Each file runs in a workerd of its own (its own objects and
  * their storage); what they share is the Postgres (and Redis) the global setup starts, or the
  * database of their own `ownDatabase` names. `maxWorkers` files run at once.
@@ -108,17 +99,12 @@ export default defineConfig({
       // retry, so three keep two cores busy where two left one idle (a run: 399 s against 493 s).
       // The files that act on the whole database run among them, each on its own database (they
       // ran one at a time after the others, about 130 s).
-      workersProject(
-        'workers',
-        { include: ['test/workers/**/*.test.ts'], exclude: [WORKER_UNIT_TESTS, ...WHOLE_DATABASE_FILES.map((f) => f.file)] },
-        3,
-        1,
-      ),
+      workersProject('workers', { include: ['test/workers/**/*.test.ts'], exclude: WHOLE_DATABASE_FILES.map((f) => f.file) }, 3, 1),
       ...WHOLE_DATABASE_FILES.map(({ name, file }) => workersProject(`workers:${name}`, { include: [file] }, 3, 1, name)),
       {
         test: {
           name: 'node',
-          include: ['test/node/**/*.test.ts', WORKER_UNIT_TESTS],
+          include: ['test/node/**/*.test.ts'],
           environment: 'node',
           testTimeout: 120_000,
           hookTimeout: 120_000,

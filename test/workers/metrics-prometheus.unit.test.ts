@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { COUNTERS, HISTOGRAMS } from '../../workers/metrics/catalog';
 import { renderPrometheus } from '../../workers/metrics/prometheus';
 import { count, observe, restoreDelta, takeDelta } from '../../workers/metrics/registry';
-import { metric, parsePrometheus } from './prometheus-text';
+import { metric, parsePrometheus } from './helpers';
 
 describe('metrics registry', () => {
   it('accumulates counters and histograms per label set until taken, then starts from zero', () => {
