@@ -16,6 +16,7 @@ import {
   purchaseUnits,
   shopperWithTokens,
 } from './rules-helpers';
+import { usersOn } from './shards-helpers';
 
 const SHARDS = 4;
 
@@ -26,21 +27,9 @@ afterAll(async () => {
   await setLimits({ perIpPerSecond: 10, perUserPerSecond: 3, banThreshold: 100 });
 });
 
-/** `n` user ids that land on `shard` (a prefix keeps each test's shoppers apart). */
-function usersOn(prefix: string, shard: number, n: number): string[] {
-  const out: string[] = [];
-  for (let i = 0; out.length < n; i++) {
-    const id = `${prefix}-${i}`;
-    if (shardOf(id, SHARDS) === shard) {
-      out.push(id);
-    }
-  }
-  return out;
-}
-
 /** `perShard` shoppers on each shard, shard by shard interleaved. */
 function usersOnEveryShard(prefix: string, perShard: number): string[] {
-  const byShard = Array.from({ length: SHARDS }, (_, k) => usersOn(`${prefix}${k}`, k, perShard));
+  const byShard = Array.from({ length: SHARDS }, (_, k) => usersOn(`${prefix}${k}`, k, SHARDS, perShard));
   return Array.from({ length: perShard * SHARDS }, (_, i) => byShard[i % SHARDS]?.[Math.floor(i / SHARDS)] ?? '');
 }
 
@@ -111,7 +100,7 @@ describe(`sale rules on ${SHARDS} stock shards`, () => {
       }
     }
     // The last unit, bought from the shard the fewest winners came from: never stranded.
-    const last = await shopperWithTokens(usersOn('race-last', SHARDS - 1, 1)[0] ?? '', goodsId, 2);
+    const last = await shopperWithTokens(usersOn('race-last', SHARDS - 1, SHARDS, 1)[0] ?? '', goodsId, 2);
     expect((await purchaseUnits(last.jwt, goodsId, last.tokens[0] as { token: string; path: string }, 1)).status).toBe(202);
     expect(await answerOf(await purchaseUnits(last.jwt, goodsId, last.tokens[1] as { token: string; path: string }, 1))).toMatchObject({
       status: 410,
@@ -128,7 +117,7 @@ describe(`sale rules on ${SHARDS} stock shards`, () => {
     // second is on its way: the pool takes it back once it lands, and the shopper gets both.
     const { goodsId } = await createRulesGoods({ stock: 2, perUserLimit: 2, shards: SHARDS });
     const inFlight = await grantInFlight(goodsId, 1, 1);
-    const shopper = await shopperWithTokens(usersOn('in-flight-two', 2, 1)[0] ?? '', goodsId, 1);
+    const shopper = await shopperWithTokens(usersOn('in-flight-two', 2, SHARDS, 1)[0] ?? '', goodsId, 1);
     const answer = purchaseUnits(shopper.jwt, goodsId, shopper.tokens[0] as { token: string; path: string }, 2).then(answerOf);
     await new Promise((r) => setTimeout(r, 300));
     await inFlight.land();
