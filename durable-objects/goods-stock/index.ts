@@ -249,7 +249,7 @@ export class GoodsStock extends DurableObject<Env> {
       this.syncMirror();
     }
     if (released > 0) {
-      this.leases.noteReleased();
+      this.ctx.waitUntil(this.leases.noteReleased());
     }
     return { confirmed, released, refused };
   }
@@ -279,7 +279,8 @@ export class GoodsStock extends DurableObject<Env> {
     );
     if (released) {
       this.syncMirror();
-      this.leases.noteReleased();
+      // Before the answer: the shopper who cancelled may tell a friend on another shard at once.
+      await this.leases.noteReleased();
     }
     return { released, remaining: this.sale?.remaining ?? 0 };
   }

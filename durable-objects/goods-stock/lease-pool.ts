@@ -15,6 +15,8 @@ import type { Sale } from './storage';
  */
 const IN_FLIGHT_WAIT_MS = 25;
 const GATHER_MS = 1_500;
+/** How long a shard, and shard 0, take a sure "none" for the sell-out (leases.ts). */
+export const SOLD_OUT_MEMORY_MS = 1_000;
 
 /**
  * Shard 0's answer to a lease ask; `unsure` when a dry ask's sweep could not reach every unit
@@ -66,6 +68,8 @@ export class LeasePool {
   private asked = 0;
   /** Shard 0 had to sweep: the stock left is handed out in shares (in memory: it only saves calls). */
   private endgame = false;
+  /** A gather ended on a sure "none": until then dry asks are answered none without a sweep (leases.ts). */
+  private soldOutUntil = 0;
 
   constructor(private readonly c: PoolContext) {}
 
@@ -125,9 +129,17 @@ export class LeasePool {
     return last?.grantId === grantId ? { units: last.units } : undefined;
   }
 
-  /** A shard's stock as it last told shard 0 (after a release there: the next sweep asks it first). */
+  /** A shard's stock as it last told shard 0 (after a release there: the next sweep asks it first, and the sell-out is forgotten). */
   report(shard: number, remaining: number): void {
     this.c.store.saveReport(shard, remaining);
+    if (remaining > 0) {
+      this.soldOutUntil = 0;
+    }
+  }
+
+  /** A gather ended on a sure "none" less than SOLD_OUT_MEMORY_MS ago, and no shard has reported units since. */
+  soldOutKnown(): boolean {
+    return Date.now() < this.soldOutUntil;
   }
 
   /**
@@ -141,6 +153,10 @@ export class LeasePool {
    * that does not answer counts none. Concurrent askers share a read.
    */
   async goodsLeft(sale: Sale): Promise<number> {
+    if (this.soldOutKnown()) {
+      // The others held nothing free at the last sweep and have reported none since.
+      return Math.max(0, this.c.free(this.c.sale() ?? sale) - this.asked);
+    }
     while (this.sweeping) {
       await this.sweeping;
     }
@@ -178,13 +194,19 @@ export class LeasePool {
    * after a sweep that found some (another asker's grant may have taken them), again after a
    * moment while units granted to a shard are still on their way to it or a shard did not
    * answer, for at most GATHER_MS. A sweep that finds nothing, with nothing on its way and every
-   * shard answering, ends it. Not sure when the last sweep could not reach every unit.
+   * shard answering, ends it and is remembered as the sell-out for SOLD_OUT_MEMORY_MS: a gather
+   * meanwhile sweeps nothing. Not sure when the last sweep could not reach every unit.
    */
   async gather(sale: Sale, exclude: number, need: number): Promise<Gathered> {
     const until = Date.now() + GATHER_MS;
     let sure = true;
     let units = 0;
     while (sale.remaining < need && Date.now() < until) {
+      if (this.soldOutKnown()) {
+        // Another ask's sweep (this one may have waited for it) just found none.
+        sure = true;
+        break;
+      }
       const swept = await this.sweep(sale, exclude);
       units += swept.credited;
       sure = !swept.inFlight && !swept.failed;
@@ -192,6 +214,7 @@ export class LeasePool {
         continue;
       }
       if (sure) {
+        this.soldOutUntil = Date.now() + SOLD_OUT_MEMORY_MS;
         break;
       }
       await new Promise((resolve) => setTimeout(resolve, IN_FLIGHT_WAIT_MS));
@@ -217,6 +240,10 @@ export class LeasePool {
       } else {
         // The running sweep skips a shard this caller needs asked (its own asker's).
         await this.sweeping;
+        if (this.soldOutKnown()) {
+          // It asked every shard but this caller's asker, whose ask says it is dry, and found none.
+          return { credited: 0, inFlight: false, failed: false };
+        }
       }
     }
     this.endgame = true;

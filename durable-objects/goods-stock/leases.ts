@@ -2,7 +2,7 @@ import type { StockSnapshot } from '../../workers/kernel/contract';
 import { log } from '../../workers/kernel/log';
 import { leaseChunk } from '../../workers/kernel/shards';
 import { goodsStock } from '../routing';
-import { type Gathered, type GiveBack, type Grant, LeasePool } from './lease-pool';
+import { type Gathered, type GiveBack, type Grant, LeasePool, SOLD_OUT_MEMORY_MS } from './lease-pool';
 import { type LeaseRow, LeaseStore } from './lease-store';
 import type { Sale } from './storage';
 
@@ -25,6 +25,14 @@ export type { GiveBack, Grant };
 // An ask whose answer was lost is repeated (the next ask or the alarm), so no unit is lost or
 // counted twice; the repeat's answer is the stock as it was then, so a search for units goes
 // on after it with a new id.
+//
+// After the sell-out every shopper who reaches a shard is refused, and each refusal would ask
+// shard 0, which would sweep every shard: a call per shard per refusal, on the objects the
+// flood is spread over to spare. So both sides remember a sure "none" (every shard answered,
+// nothing on its way) for SOLD_OUT_MEMORY_MS: a dry shard refuses on it without asking, shard 0
+// answers dry asks on it without sweeping. A unit released on another shard is sold by that
+// shard's shoppers at once and reaches the others' once the memory runs out (its report to
+// shard 0 ends shard 0's memory at once), as the edge's own sell-out memory already has it.
 
 /** A background refill starts when a shard holds this fraction of a lease or less. */
 const LOW_WATER = 0.5;
@@ -46,6 +54,8 @@ export class Leases {
   /** Units this shard's batches waiting for stock want (cover). */
   private wanted = 0;
   private emptyUntil = 0;
+  /** Shard 0 answered a dry ask with a sure "none": this shard's short batches are refused until then without asking. */
+  private soldOutUntil = 0;
   /** Calls between shards this instance made: grants asked of shard 0, or (shard 0) give-backs asked of the others. */
   poolCalls = 0;
   private readonly store: LeaseStore;
@@ -146,6 +156,9 @@ export class Leases {
    * shoppers it leaves out then retry, not SOLD_OUT. Asks never throw.
    */
   async cover<T>(units: number, on: () => boolean, commit: (soldOutKnown: boolean) => T): Promise<T> {
+    if (this.soldOutKnown()) {
+      return commit(true);
+    }
     this.wanted += units;
     let known = true;
     try {
@@ -160,6 +173,11 @@ export class Leases {
       this.wanted -= units;
     }
     return commit(known);
+  }
+
+  /** This shard (or shard 0) heard a sure "none" less than SOLD_OUT_MEMORY_MS ago. */
+  private soldOutKnown(): boolean {
+    return this.row.shard === 0 ? this.pool.soldOutKnown() : Date.now() < this.soldOutUntil;
   }
 
   /** This shard's units not wanted by one of its batches waiting for stock. */
@@ -250,7 +268,11 @@ export class Leases {
     });
     if (grant.units === 0) {
       this.emptyUntil = Date.now() + EMPTY_BACKOFF_MS;
+      if (dry && gathered.sure) {
+        this.soldOutUntil = Date.now() + SOLD_OUT_MEMORY_MS;
+      }
     } else {
+      this.soldOutUntil = 0;
       this.host.stockChanged(now.remaining);
     }
     return gathered;
@@ -273,6 +295,10 @@ export class Leases {
   async goodsLeft(sale: Sale): Promise<number> {
     if (this.row.shard === 0) {
       return this.pool.goodsLeft(sale);
+    }
+    if (this.soldOutKnown()) {
+      // The others held nothing free when shard 0 last swept them.
+      return this.free(sale);
     }
     this.poolCalls++;
     return this.stub(sale, 0)
@@ -311,17 +337,19 @@ export class Leases {
     return { units, remaining: sale.remaining, ...awaiting };
   }
 
-  /** After a release in a shard other than 0: tells shard 0, so a dry shard's sweep finds the unit. */
-  noteReleased(): void {
+  /**
+   * After a release in a shard other than 0: tells shard 0, so a dry shard's sweep finds the
+   * unit and shard 0 forgets a sell-out. Never throws; a lost report leaves the unit to the
+   * next sweep once shard 0's memory of the sell-out runs out.
+   */
+  async noteReleased(): Promise<void> {
     const sale = this.host.sale();
     if (!sale || this.row.shards <= 1 || this.row.shard === 0) {
       return;
     }
-    this.host.waitUntil(
-      this.stub(sale, 0)
-        .report(this.row.shard, sale.remaining)
-        .catch((error: unknown) => log.warn('goods_stock.report_failed', { goodsId: sale.goodsId, error })),
-    );
+    await this.stub(sale, 0)
+      .report(this.row.shard, sale.remaining)
+      .catch((error: unknown) => log.warn('goods_stock.report_failed', { goodsId: sale.goodsId, error }));
   }
 
   /** The alarm: asks again whatever lost its answer. */
