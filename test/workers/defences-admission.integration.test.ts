@@ -1,6 +1,8 @@
+import { env } from 'cloudflare:test';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { enterInFlight } from '../../workers/edge/admission';
+import { acquirePermit, enterInFlight } from '../../workers/edge/admission';
 import { SOLD_OUT_TRUST_MS } from '../../workers/edge/sold-out';
+import { objectCalls, setObjectCalls } from '../../workers/kernel/object-calls';
 import { TokenBucket } from '../../workers/kernel/token-bucket';
 import {
   ADMIN,
@@ -80,6 +82,39 @@ describe('admission control', () => {
     }
     const s = await settled(goodsId);
     expect(s).toMatchObject({ doRemaining: 70, dbStock: 70, consistent: true });
+  });
+
+  it("an isolate's first purchase of a goods does not wait on the gate; the share comes behind it and serves the rest", async () => {
+    // Every object call 400 ms away: a purchase that waited on the gate would wait that long
+    // before it even reached its stock object.
+    const DELAY = 400;
+    setObjectCalls({ watch: true, delayMs: DELAY, reset: true });
+    try {
+      const goods = { id: 987_020, locationHint: null };
+      const background: Promise<unknown>[] = [];
+      const waitUntil = (p: Promise<unknown>) => {
+        background.push(p);
+      };
+      const started = Date.now();
+      await acquirePermit(env, goods, 1000, waitUntil);
+      expect(Date.now() - started).toBeLessThan(DELAY);
+      // The one right behind it, before the share is in: it waits for the share (up to 150 ms,
+      // then asks the gate itself), never admitted on its own.
+      const second = Date.now();
+      await acquirePermit(env, goods, 1000, waitUntil);
+      expect(Date.now() - second).toBeGreaterThanOrEqual(DELAY - 150);
+      await Promise.all(background);
+      const asked = objectCalls().counts.AdmissionGate?.share?.calls ?? 0;
+      expect(asked).toBeGreaterThanOrEqual(1);
+      // With the share in hand the next ones ask nobody.
+      const third = Date.now();
+      await acquirePermit(env, goods, 1000, waitUntil);
+      await acquirePermit(env, goods, 1000, waitUntil);
+      expect(Date.now() - third).toBeLessThan(DELAY);
+      expect(objectCalls().counts.AdmissionGate?.share?.calls).toBe(asked);
+    } finally {
+      setObjectCalls({ watch: false, delayMs: 0, reset: true });
+    }
   });
 
   it('rate 0 closes the gate: every purchase is BUSY and nothing reaches the object', async () => {

@@ -10,13 +10,19 @@ import { isolateId } from './isolate-id';
 // Admission control: each goods lets at most `rate` requests per second through to its stock
 // object, across every isolate. The goods' AdmissionGate object splits the rate among the
 // isolates selling it, in proportion to the purchases each sees; each isolate admits its share
-// from a token bucket of its own and renews the share in the background every SHARE_RENEW_MS,
-// so a purchase waits on the gate only on an isolate's first contact with a goods (or after
-// its share lapsed), and the gate hears from each isolate every couple of seconds, not ten
-// times a second. A refused request is answered 503 BUSY at once.
+// from a token bucket of its own and renews the share in the background when the gate says
+// (every 2 s while few isolates sell the goods, less often in a large fleet: the gate paces
+// them, durable-objects/admission-gate/shares.ts), so a purchase waits on the gate only after
+// its isolate's share lapsed. A refused request is answered 503 BUSY at once.
+//
+// An isolate's first purchase of a goods does not wait on the gate either: it is admitted on
+// its own (from the isolate's bucket at the goods' whole rate) while the share is fetched in
+// the background, so that purchase too waits on one object call, its stock shard. That is one
+// request per isolate and goods beyond the rate, once: in a flash crowd's first second, when
+// thousands of isolates start at once, the alternative is every one of them calling the one
+// gate on the shoppers' wait. The requests right behind it wait up to WAIT_FOR_SHARE_MS for
+// the share.
 
-/** An isolate renews its share of a goods' rate this often, in the background. */
-export const SHARE_RENEW_MS = 2_000;
 /** A request waits this long for a share another request of the isolate is fetching. */
 const WAIT_FOR_SHARE_MS = 150;
 const POLL_MS = 2;
@@ -27,6 +33,8 @@ type Pool = {
   share: Share | undefined;
   bucket: TokenBucket;
   renewing: boolean;
+  /** The first purchase went through before the isolate held a share (once per isolate and goods). */
+  started: boolean;
   /** Purchases that asked since `seenSince`: the demand the next renewal tells the gate. */
   seen: number;
   seenSince: number;
@@ -38,7 +46,7 @@ const pools = new Map<number, Pool>();
 function pool(goodsId: number): Pool {
   let p = pools.get(goodsId);
   if (!p) {
-    p = { share: undefined, bucket: new TokenBucket(), renewing: false, seen: 0, seenSince: Date.now(), inFlight: 0 };
+    p = { share: undefined, bucket: new TokenBucket(), renewing: false, started: false, seen: 0, seenSince: Date.now(), inFlight: 0 };
     pools.set(goodsId, p);
   }
   return p;
@@ -61,7 +69,7 @@ async function renew(env: Env, p: Pool, goods: GoodsPlacement, rate: number): Pr
   try {
     const got = await admissionGate(env, goods).share(isolateId(), demand, rate);
     const now = Date.now();
-    p.share = { perSecond: got.perSecond, rate, validUntil: now + got.validMs, renewAt: now + SHARE_RENEW_MS };
+    p.share = { perSecond: got.perSecond, rate, validUntil: now + got.validMs, renewAt: now + got.renewMs };
   } catch (error) {
     // No gate, no new share: the one in hand (if any) serves until it lapses; then BUSY.
     log.warn('admission.gate_unavailable', { goodsId: goods.id, error });
@@ -87,6 +95,14 @@ export async function acquirePermit(env: Env, goods: GoodsPlacement, rate: numbe
   p.seen++;
   const started = Date.now();
   let share = usable(p, rate, started);
+  if (!share && !p.started && !p.renewing && waitUntil) {
+    // The isolate's first purchase of this goods: admitted on its own, the share fetched behind it.
+    p.started = true;
+    waitUntil(renew(env, p, goods, rate));
+    if (p.bucket.take(1, rate, started).granted > 0) {
+      return;
+    }
+  }
   while (!share) {
     if (p.renewing && Date.now() - started < WAIT_FOR_SHARE_MS) {
       await sleep(POLL_MS);

@@ -291,8 +291,8 @@ export type BanView = { id: string; until: string; createdAt: string };
 export type LegacyLimits = { value: string; updatedAt: number };
 /** Admission permits leased to an isolate, or how long until the gate has some. */
 export type Lease = { granted: number; retryAfterMs: number };
-/** An isolate's share of a goods' admission rate, for `validMs` (it renews sooner, in the background). */
-export type RateShare = { perSecond: number; validMs: number };
+/** An isolate's share of a goods' admission rate: permits a second, for `validMs`; it renews after `renewMs`, in the background. */
+export type RateShare = { perSecond: number; validMs: number; renewMs: number };
 
 /** Where a goods' stock object may be placed (Cloudflare's Durable Object location hints). */
 export const LOCATION_HINTS = ['wnam', 'enam', 'sam', 'weur', 'eeur', 'apac', 'oc', 'afr', 'me'] as const;
