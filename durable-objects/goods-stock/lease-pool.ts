@@ -194,8 +194,9 @@ export class LeasePool {
    * after a sweep that found some (another asker's grant may have taken them), again after a
    * moment while units granted to a shard are still on their way to it or a shard did not
    * answer, for at most GATHER_MS. A sweep that finds nothing, with nothing on its way and every
-   * shard answering, ends it and is remembered as the sell-out for SOLD_OUT_MEMORY_MS: a gather
-   * meanwhile sweeps nothing. Not sure when the last sweep could not reach every unit.
+   * shard answering, ends it, and when shard 0 holds none either is remembered as the sell-out
+   * for SOLD_OUT_MEMORY_MS: a gather meanwhile sweeps nothing. Not sure when the last sweep
+   * could not reach every unit.
    */
   async gather(sale: Sale, exclude: number, need: number): Promise<Gathered> {
     const until = Date.now() + GATHER_MS;
@@ -214,7 +215,11 @@ export class LeasePool {
         continue;
       }
       if (sure) {
-        this.soldOutUntil = Date.now() + SOLD_OUT_MEMORY_MS;
+        if (sale.remaining === 0) {
+          // Not when shard 0 still holds a few, fewer than `need`: they go to this asker, whose
+          // batch may yet fail and leave them free, and a smaller need elsewhere must find them.
+          this.soldOutUntil = Date.now() + SOLD_OUT_MEMORY_MS;
+        }
         break;
       }
       await new Promise((resolve) => setTimeout(resolve, IN_FLIGHT_WAIT_MS));

@@ -141,6 +141,29 @@ describe('stock shards: a sale', () => {
     }
   });
 
+  it("the goods' last units granted to a batch they could not cover, then left free, are found by the next dry shard", async () => {
+    // One unit over 3 shards, at shard 0. Shard 1 asks for 2 (a batch of two shoppers): the
+    // sweep finds none elsewhere and shard 0 grants its one. The batch then fails (its object
+    // reset), so the unit lands at shard 1 free. A shopper of shard 2 must get it: the sweep
+    // that found "none" for a need of 2, with a unit still at shard 0, was no sell-out.
+    const { goodsId } = await createGoods({ stock: 1, shards: 3 });
+    const goods = { id: goodsId, locationHint: null };
+    const shard1 = goodsStock(env, goods, 1);
+    type Leases = { row: LeaseRow; save(): void; retryPending(): Promise<void> };
+    const leasesOf = (instance: GoodsStock) => (instance as unknown as { leases: Leases }).leases;
+    const grantId = crypto.randomUUID();
+    await runInDurableObject(shard1, (instance: GoodsStock) => {
+      leasesOf(instance).row.pending_grant = grantId;
+      leasesOf(instance).save();
+    });
+    expect(await goodsStock(env, goods, 0).grant(goodsId, 1, grantId, 2, 2, true, 0)).toEqual({ units: 1 });
+    await runInDurableObject(shard1, (instance: GoodsStock) => leasesOf(instance).retryPending());
+    expect((await shardSnapshots(goodsId))[1]?.remaining).toBe(1);
+    const [shopper] = usersOn('left-free', 2, 3, 1);
+    expect(await buy(shopper ?? '', goodsId)).toMatchObject({ status: 202 });
+    expect(await settled(goodsId)).toMatchObject({ doRemaining: 0, orders: { PENDING_PAYMENT: 1 }, consistent: true });
+  });
+
   it('a dry shard that cannot reach a shard holding units tells its shopper to retry, not SOLD_OUT', async () => {
     // One unit over 3 shards, moved to shard 1; then shard 1 fails every give-back for a while.
     const { goodsId } = await createGoods({ stock: 1, shards: 3 });
