@@ -90,7 +90,7 @@ export class LeasePool {
     }
     this.asked += need;
     try {
-      const { sure } = await this.gather(sale, from, need);
+      const { sure } = await this.gather(sale, from, need, reported);
       const granted = this.answer(sale, ask);
       return sure ? granted : { ...granted, unsure: true };
     } finally {
@@ -194,11 +194,12 @@ export class LeasePool {
    * after a sweep that found some (another asker's grant may have taken them), again after a
    * moment while units granted to a shard are still on their way to it or a shard did not
    * answer, for at most GATHER_MS. A sweep that finds nothing, with nothing on its way and every
-   * shard answering, ends it, and when shard 0 holds none either is remembered as the sell-out
-   * for SOLD_OUT_MEMORY_MS: a gather meanwhile sweeps nothing. Not sure when the last sweep
-   * could not reach every unit.
+   * shard answering, ends it, and when neither shard 0 nor the asker (`askerHolds`, the units
+   * it reported; the sweep skips it) holds any is remembered as the sell-out for
+   * SOLD_OUT_MEMORY_MS: a gather meanwhile sweeps nothing. Not sure when the last sweep could
+   * not reach every unit.
    */
-  async gather(sale: Sale, exclude: number, need: number): Promise<Gathered> {
+  async gather(sale: Sale, exclude: number, need: number, askerHolds = 0): Promise<Gathered> {
     const until = Date.now() + GATHER_MS;
     let sure = true;
     let units = 0;
@@ -215,9 +216,10 @@ export class LeasePool {
         continue;
       }
       if (sure) {
-        if (sale.remaining === 0) {
-          // Not when shard 0 still holds a few, fewer than `need`: they go to this asker, whose
-          // batch may yet fail and leave them free, and a smaller need elsewhere must find them.
+        if (sale.remaining === 0 && askerHolds === 0) {
+          // Not when shard 0 or the asker still holds a few, fewer than `need`: they end with the
+          // asker, whose batch is refused (or fails) and leaves them free, and a smaller need
+          // elsewhere must find them.
           this.soldOutUntil = Date.now() + SOLD_OUT_MEMORY_MS;
         }
         break;

@@ -29,11 +29,11 @@ export type { GiveBack, Grant };
 // After the sell-out every shopper who reaches a shard is refused, and each refusal would ask
 // shard 0, which would sweep every shard: a call per shard per refusal, on the objects the
 // flood is spread over to spare. So both sides remember a sure "none" (every shard answered,
-// nothing on its way, shard 0 empty too) for SOLD_OUT_MEMORY_MS: a dry shard refuses on it
-// without asking, shard 0 answers dry asks on it without sweeping. A unit released on another
-// shard is sold by that shard's shoppers at once and reaches the others' once the memory runs
-// out (its report to shard 0 ends shard 0's memory at once), as the edge's own sell-out memory
-// already has it.
+// nothing on its way, shard 0 and the asker empty too) for SOLD_OUT_MEMORY_MS: a dry shard
+// refuses on it without asking, shard 0 answers dry asks on it without sweeping. A unit
+// released on another shard is sold by that shard's shoppers at once and reaches the others'
+// once the memory runs out (its report to shard 0 ends shard 0's memory at once), as the
+// edge's own sell-out memory already has it.
 
 /** A background refill starts when a shard holds this fraction of a lease or less. */
 const LOW_WATER = 0.5;

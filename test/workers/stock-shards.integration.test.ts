@@ -164,6 +164,19 @@ describe('stock shards: a sale', () => {
     expect(await settled(goodsId)).toMatchObject({ doRemaining: 0, orders: { PENDING_PAYMENT: 1 }, consistent: true });
   });
 
+  it('a dry shard holding fewer units than its batch needs leaves them to the next dry shard', async () => {
+    // One unit over 3 shards, moved to shard 1. Shard 1 asks for 2 (a batch of a shopper buying
+    // two): the sweep skips shard 1 itself, finds nothing, and shard 0 is empty, but shard 1
+    // still holds its unit, which the refused batch leaves free. A shopper of shard 2 must get it.
+    const { goodsId } = await createGoods({ stock: 1, shards: 3 });
+    await (await grantInFlight(goodsId, 1, 1)).land();
+    const goods = { id: goodsId, locationHint: null };
+    expect(await goodsStock(env, goods, 0).grant(goodsId, 1, crypto.randomUUID(), 2, 2, true, 1)).toEqual({ units: 0 });
+    const [shopper] = usersOn('asker-holds', 2, 3, 1);
+    expect(await buy(shopper ?? '', goodsId)).toMatchObject({ status: 202 });
+    expect(await settled(goodsId)).toMatchObject({ doRemaining: 0, orders: { PENDING_PAYMENT: 1 }, consistent: true });
+  });
+
   it('a dry shard that cannot reach a shard holding units tells its shopper to retry, not SOLD_OUT', async () => {
     // One unit over 3 shards, moved to shard 1; then shard 1 fails every give-back for a while.
     const { goodsId } = await createGoods({ stock: 1, shards: 3 });
