@@ -12,6 +12,7 @@ import type {
 } from '../../workers/kernel/contract';
 import { GuardBook, type NewBan } from '../../workers/kernel/guard-book';
 import { GuardLedger } from './ledger';
+import { ReportPace } from './pace';
 import { GuardStorage } from './storage';
 
 const PRUNE_INTERVAL_MS = 60_000;
@@ -27,6 +28,7 @@ export class EdgeGuard extends DurableObject<Env> {
   private readonly store: GuardStorage;
   private readonly book = new GuardBook();
   private readonly ledger = new GuardLedger();
+  private readonly pace = new ReportPace();
   private readonly bans = new Map<string, number>();
 
   constructor(ctx: DurableObjectState, env: Env) {
@@ -54,13 +56,15 @@ export class EdgeGuard extends DurableObject<Env> {
   /**
    * One isolate's accounting for the keys of this shard, sent in the background: its requests
    * counted toward bans, its admissions, bans it decided. Answers the bans in force for those
-   * keys, the bans it asked about that were lifted, and its share of each key's limits.
+   * keys, the bans it asked about that were lifted, its share of each key's limits, and while
+   * the shard hears more reports than it wants, how many times less often to report (pace.ts).
    */
   async account(report: GuardReport): Promise<GuardReply> {
     const now = Date.now();
     const { reply, newBans } = this.ledger.account(report, this.bans, now);
     await this.keepBans(newBans, now);
-    return reply;
+    const slowdown = this.pace.heardAt(now);
+    return slowdown > 1 ? { ...reply, slowdown } : reply;
   }
 
   /**

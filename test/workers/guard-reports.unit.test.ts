@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { CALLS_PER_ROUND, limiter, planRound, REPORT_INTERVAL_MS, scheduleGuardReport } from '../../workers/edge/guard-reports';
+import { REPORTS_PER_SECOND, ReportPace } from '../../durable-objects/edge-guard/pace';
+import {
+  CALLS_PER_ROUND,
+  limiter,
+  planRound,
+  REPORT_INTERVAL_MS,
+  reportIntervalMs,
+  scheduleGuardReport,
+} from '../../workers/edge/guard-reports';
 import type { BanPolicy, GuardReply, KeyReport } from '../../workers/kernel/contract';
 import { sleep } from '../../workers/kernel/sleep';
 
@@ -11,12 +19,12 @@ const key = (id: string, hits: number, extra: Partial<KeyReport> = {}): KeyRepor
 const shardOf = (id: string) => id.split(':')[0] ?? id;
 
 /** Guard shards answering every report in 120 ms through `heard`, and the waitUntil that keeps the rounds. */
-function shardsThatAnswer(heard: (report: { keys: KeyReport[] }) => void) {
+function shardsThatAnswer(heard: (report: { keys: KeyReport[] }) => void, slowdown?: number) {
   const shard = {
     async account(report: { keys: KeyReport[] }): Promise<GuardReply> {
       heard(report);
       await sleep(120);
-      return { bans: [], lifted: [], shares: [] };
+      return { bans: [], lifted: [], shares: [], ...(slowdown === undefined ? {} : { slowdown }) };
     },
   };
   const env = { EDGE_GUARD: { idFromName: (name: string) => name, get: () => shard } } as unknown as Env;
@@ -128,4 +136,80 @@ describe('report rounds', () => {
     }
     expect(heard).toEqual(['user:first-of-a-quiet-isolate', 'user:during-the-round']);
   }, 30_000);
+
+  it("space the rounds out by the shards' slowdown, and close up again when the shards stop asking", async () => {
+    const heardAt: number[] = [];
+    const slowed = shardsThatAnswer(() => heardAt.push(Date.now()), 4);
+    const started = Date.now();
+    let shopper = 0;
+    // A new shopper every 100 ms for 3 s, every shard asking for rounds four times further apart.
+    while (Date.now() - started < 3_000) {
+      limiter.admit([{ id: `user:slowed-${shopper++}`, scope: 'purchase', perSecond: 10 }], POLICY, Date.now());
+      scheduleGuardReport(slowed.env, POLICY, slowed.waitUntil);
+      await sleep(100);
+    }
+    expect(reportIntervalMs()).toBe(4 * REPORT_INTERVAL_MS);
+    // A round's calls go out within a few ms of each other; rounds are 2 s apart: at most three
+    // in the 3 s (six or seven at the unslowed pace).
+    const rounds = heardAt.filter((at, i) => i === 0 || at - (heardAt[i - 1] ?? 0) > 250).length;
+    expect(rounds).toBeGreaterThan(0);
+    expect(rounds).toBeLessThanOrEqual(3);
+    await Promise.all(slowed.kept);
+    // Shards that no longer ask (no slowdown in their replies): the next round restores the pace.
+    const normal = shardsThatAnswer(() => undefined);
+    limiter.admit([{ id: `user:slowed-${shopper++}`, scope: 'purchase', perSecond: 10 }], POLICY, Date.now());
+    scheduleGuardReport(normal.env, POLICY, normal.waitUntil);
+    while (normal.kept.length > 0) {
+      await Promise.all(normal.kept.splice(0));
+    }
+    expect(reportIntervalMs()).toBe(REPORT_INTERVAL_MS);
+  }, 30_000);
+});
+
+describe("a guard shard's pace", () => {
+  /**
+   * `isolates` isolates reporting to one guard shard: each makes a round every 0.5 s times the
+   * slowdown it last heard, and one round in eight calls this shard (16 calls a round over 128
+   * shards). Every shard answers about the same factor, so each round hears this shard's. The
+   * reports the shard heard each second of `seconds`.
+   */
+  function fleet(isolates: number, seconds: number): number[] {
+    const pace = new ReportPace();
+    const TICK = 10;
+    const end = seconds * 1000;
+    const wheel: number[][] = Array.from({ length: end / TICK + 1 }, () => []);
+    const rounds = new Array<number>(isolates).fill(0);
+    for (let i = 0; i < isolates; i++) {
+      wheel[Math.floor((i * REPORT_INTERVAL_MS) / isolates / TICK)]?.push(i);
+    }
+    const perSecond = new Array<number>(seconds).fill(0);
+    let factor = 1;
+    for (let k = 0; k < wheel.length - 1; k++) {
+      const t = k * TICK;
+      for (const i of wheel[k] ?? []) {
+        rounds[i] = (rounds[i] ?? 0) + 1;
+        if (((rounds[i] ?? 0) + i) % 8 === 0) {
+          factor = pace.heardAt(1_700_000_000_000 + t);
+          perSecond[Math.floor(t / 1000)] = (perSecond[Math.floor(t / 1000)] ?? 0) + 1;
+        }
+        wheel[k + Math.max(1, Math.round((REPORT_INTERVAL_MS * factor) / TICK))]?.push(i);
+      }
+    }
+    return perSecond;
+  }
+
+  it('keeps a fleet of 8,000 isolates near its 500 reports a second, where the fleet would send 2,000, and leaves a small one alone', () => {
+    const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+    const large = fleet(8_000, 60);
+    // The first seconds are the unslowed fleet; the last 30 its steady pace.
+    expect(large[0]).toBeGreaterThan(3 * REPORTS_PER_SECOND);
+    const steady = large.slice(30);
+    console.log(JSON.stringify({ isolates: 8_000, first: large.slice(0, 5), steadyMean: mean(steady), steadyMax: Math.max(...steady) }));
+    expect(mean(steady)).toBeLessThanOrEqual(REPORTS_PER_SECOND * 1.15);
+    expect(mean(steady)).toBeGreaterThanOrEqual(REPORTS_PER_SECOND * 0.7);
+    expect(Math.max(...steady)).toBeLessThan(2 * REPORTS_PER_SECOND);
+    // 1,500 isolates send 375 a second: under the aim, never slowed.
+    const small = fleet(1_500, 20);
+    expect(mean(small.slice(5))).toBeCloseTo(375, -1);
+  });
 });

@@ -1,5 +1,5 @@
 import { guardShardByName, guardShardName } from '../../durable-objects/routing';
-import type { BanPolicy, KeyReport } from '../kernel/contract';
+import { type BanPolicy, GUARD_MAX_SLOWDOWN, type KeyReport } from '../kernel/contract';
 import type { NewBan } from '../kernel/guard-book';
 import { log } from '../kernel/log';
 import { sleep } from '../kernel/sleep';
@@ -12,9 +12,11 @@ import type { WaitUntil } from './group-commit';
 // the busiest keys go first and the rest wait a round or a few (their keys keep counting), so
 // the accounting costs the isolate and each shard a bounded number of calls. Nothing here is on
 // a shopper's wait except a new ban, which the refused request carries to its shard so the ban
-// is listed and spreads at once.
+// is listed and spreads at once. In a fleet so large that a shard hears more reports than it
+// wants, its replies say how many times less often to report, and the isolate spaces its rounds
+// out by the largest factor its last round heard (durable-objects/edge-guard/pace.ts).
 
-/** An isolate reports its accounting at most this often. */
+/** An isolate reports its accounting at most this often (times the shards' slowdown). */
 export const REPORT_INTERVAL_MS = 500;
 /** Calls one report round makes at most. */
 export const CALLS_PER_ROUND = 16;
@@ -84,6 +86,15 @@ let lastRun = 0;
 /** When the run under way last moved on (a round started, or its wait did). */
 let runMovedAt = 0;
 let policy: BanPolicy | undefined;
+/** The largest slowdown the last round's shards asked for; the round under way's, and its answers so far. */
+let slowdown = 1;
+let heardSlowdown = 1;
+let heardReplies = 0;
+
+/** Report rounds are this far apart now. */
+export function reportIntervalMs(): number {
+  return REPORT_INTERVAL_MS * slowdown;
+}
 
 /**
  * Makes sure this isolate's accounting goes out soon (under the ban rule `used`, or the last one);
@@ -102,19 +113,19 @@ export function scheduleGuardReport(env: Env, used: BanPolicy | undefined, waitU
   }
   // A run whose invocation was torn down never moves on again; after a few intervals a new run
   // takes over, and the old one, should it wake, stops at its next round.
-  if (runningRun !== 0 && now - runMovedAt < STALE_RUN_MS) {
+  if (runningRun !== 0 && now - runMovedAt < STALE_RUN_INTERVALS * reportIntervalMs()) {
     return;
   }
   const run = ++lastRun;
   runningRun = run;
   runMovedAt = now;
-  waitUntil(runRounds(env, run, Math.max(0, lastReportAt + REPORT_INTERVAL_MS - now)));
+  waitUntil(runRounds(env, run, Math.max(0, lastReportAt + reportIntervalMs() - now)));
 }
 
-/** A run of rounds silent this long is taken for torn down. */
-const STALE_RUN_MS = 5 * REPORT_INTERVAL_MS;
+/** A run of rounds silent for this many intervals is taken for torn down. */
+const STALE_RUN_INTERVALS = 5;
 
-/** Rounds, REPORT_INTERVAL_MS apart, until nothing is left to report (or a newer run takes over). */
+/** Rounds, reportIntervalMs() apart, until nothing is left to report (or a newer run takes over). */
 async function runRounds(env: Env, run: number, firstWaitMs: number): Promise<void> {
   try {
     let wait = firstWaitMs;
@@ -134,7 +145,7 @@ async function runRounds(env: Env, run: number, firstWaitMs: number): Promise<vo
       // Shards still waiting, or counts made during the round: the next round comes whether or
       // not requests arrive to schedule it.
       runMovedAt = Date.now();
-      wait = lastReportAt + REPORT_INTERVAL_MS - runMovedAt;
+      wait = lastReportAt + reportIntervalMs() - runMovedAt;
     }
   } finally {
     runningRun = runningRun === run ? 0 : runningRun;
@@ -148,7 +159,13 @@ async function sendReport(env: Env): Promise<void> {
     return;
   }
   const round = planRound(waiting, limiter.takeReport() ?? [], guardShardName, CALLS_PER_ROUND);
+  heardSlowdown = 1;
+  heardReplies = 0;
   await send(env, round, used);
+  // A round whose calls all failed heard nothing: the pace it had stands.
+  if (heardReplies > 0) {
+    slowdown = heardSlowdown;
+  }
 }
 
 /**
@@ -172,6 +189,8 @@ async function sendBatch(env: Env, shard: string, batch: KeyReport[], used: BanP
   try {
     const reply = await guardShardByName(env, shard).account({ isolate: limiter.isolate, policy: used, keys: batch });
     limiter.applyReply(reply, Date.now(), sentAt);
+    heardReplies++;
+    heardSlowdown = Math.max(heardSlowdown, Math.min(GUARD_MAX_SLOWDOWN, reply.slowdown ?? 1));
   } catch (error) {
     // Accounting only: this isolate's own windows still hold; the fleet's view is a round late.
     log.warn('guard.report_failed', { shard, keys: batch.length, error });

@@ -281,8 +281,13 @@ export type KeyReport = { id: string; hits: number; windows: WindowReport[]; ban
 export type GuardReport = { isolate: string; policy: BanPolicy; keys: KeyReport[] };
 /** The isolate's share of a window's limit across the isolates that see the key, and how long the window is full fleet-wide. */
 export type WindowShare = { id: string; scope: string; perSecond: number; limit: number; blockedMs: number };
-/** A guard shard's answer to a report: bans in force, bans checked and no longer in force, window shares. */
-export type GuardReply = { bans: KnownBan[]; lifted: string[]; shares: WindowShare[] };
+/**
+ * A guard shard's answer to a report: bans in force, bans checked and no longer in force, window
+ * shares, and while it hears more reports than it wants, how many times less often to report.
+ */
+export type GuardReply = { bans: KnownBan[]; lifted: string[]; shares: WindowShare[]; slowdown?: number };
+/** The most a guard shard slows the isolates' reports (4 s apart at the 0.5 s base): the fleet's view of a client's windows gets no staler. */
+export const GUARD_MAX_SLOWDOWN = 8;
 
 /** The runtime limits as the limits store answers them. */
 export type StoredLimits = { limits: Limits; updatedAt: string | null };
