@@ -2,11 +2,13 @@ import { GUARD_MAX_SLOWDOWN } from '../../workers/kernel/contract';
 
 // How a guard shard keeps the isolates' reports to it near REPORTS_PER_SECOND however large the
 // fleet: it counts the reports it hears each second and, once a second, moves a slowdown factor
-// by how far that count was from the target (up when over, down when under, never below 1 nor
-// above GUARD_MAX_SLOWDOWN). Its replies carry the factor while it is above 1, and an isolate spaces
-// its report rounds that many times further apart (workers/edge/guard-reports.ts). Multiplying
-// rather than setting the factor from the count is what keeps it steady: the count it sees is
-// already the slowed one. Pure (callers pass `now`).
+// halfway (the square root of the ratio) toward what its smoothed rate asks for: up when over
+// the aim, down when under, never below 1 nor above GUARD_MAX_SLOWDOWN. Its replies carry the
+// factor while it is above 1, and an isolate spaces its report rounds that many times further
+// apart (workers/edge/guard-reports.ts). Moving the factor rather than setting it from the
+// count is what keeps it steady (the count it sees is already the slowed one), and the half
+// steps and the smoothing keep it from swinging, since isolates hear it a round late. Pure
+// (callers pass `now`).
 
 /** The reports a second a guard shard aims to hear at most. */
 export const REPORTS_PER_SECOND = 500;
