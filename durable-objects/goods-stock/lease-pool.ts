@@ -155,7 +155,7 @@ export class LeasePool {
   async goodsLeft(sale: Sale): Promise<number> {
     if (this.soldOutKnown()) {
       // The others held nothing free at the last sweep and have reported none since.
-      return Math.max(0, this.c.free(this.c.sale() ?? sale) - this.asked);
+      return this.ownLeft(sale);
     }
     while (this.sweeping) {
       await this.sweeping;
@@ -180,8 +180,12 @@ export class LeasePool {
           .catch(() => undefined),
       ),
     );
-    const own = Math.max(0, this.c.free(this.c.sale() ?? sale) - this.asked);
-    return figures.reduce((n, s) => n + (s?.free ?? s?.remaining ?? 0), own);
+    return figures.reduce((n, s) => n + (s?.free ?? s?.remaining ?? 0), this.ownLeft(sale));
+  }
+
+  /** Shard 0's own units left to sell: not wanted by its waiting batches nor gathered for a dry ask. */
+  private ownLeft(sale: Sale): number {
+    return Math.max(0, this.c.free(this.c.sale() ?? sale) - this.asked);
   }
 
   /** Shard 0's own units plus what the others last reported (an upper bound while they sell). */

@@ -423,11 +423,11 @@ export async function pool<T>(n: number, width: number, work: (i: number) => Pro
 }
 
 /**
- * Shard `to` of a sharded goods asks shard 0 for `units` and shard 0 grants them, but the answer
- * is slow to arrive: until `land()` (the shard's alarm asking again with the same id and getting
- * the same answer) no shard counts those units.
+ * Shard `to` of a sharded goods asks shard 0 for `need` units (a dry ask) and shard 0 grants
+ * `units` (all it could gather), but the answer is slow to arrive: until `land()` (the shard's
+ * alarm asking again with the same id and getting the same answer) no shard counts those units.
  */
-export async function grantInFlight(goodsId: number, to: number, units: number): Promise<{ land(): Promise<void> }> {
+export async function grantInFlight(goodsId: number, to: number, units: number, need = units): Promise<{ land(): Promise<void> }> {
   const goods = { id: goodsId, locationHint: null };
   const shard = goodsStock(env, goods, to);
   type Leases = { row: LeaseRow; save(): void; retryPending(): Promise<void> };
@@ -437,6 +437,6 @@ export async function grantInFlight(goodsId: number, to: number, units: number):
     leasesOf(instance).row.pending_grant = grantId;
     leasesOf(instance).save();
   });
-  expect(await goodsStock(env, goods, 0).grant(goodsId, to, grantId, units, units, true, 0)).toEqual({ units });
+  expect(await goodsStock(env, goods, 0).grant(goodsId, to, grantId, need, need, true, 0)).toEqual({ units });
   return { land: () => runInDurableObject(shard, (instance: GoodsStock) => leasesOf(instance).retryPending()) };
 }

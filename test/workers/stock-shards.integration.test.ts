@@ -141,27 +141,22 @@ describe('stock shards: a sale', () => {
     }
   });
 
+  /** A shopper of shard 2 of 3 buys the goods' one unit, left free at another shard. */
+  async function shardTwoBuysTheUnit(goodsId: number, name: string) {
+    const [shopper] = usersOn(name, 2, 3, 1);
+    expect(await buy(shopper ?? '', goodsId)).toMatchObject({ status: 202 });
+    expect(await settled(goodsId)).toMatchObject({ doRemaining: 0, orders: { PENDING_PAYMENT: 1 }, consistent: true });
+  }
+
   it("the goods' last units granted to a batch they could not cover, then left free, are found by the next dry shard", async () => {
     // One unit over 3 shards, at shard 0. Shard 1 asks for 2 (a batch of two shoppers): the
     // sweep finds none elsewhere and shard 0 grants its one. The batch then fails (its object
     // reset), so the unit lands at shard 1 free. A shopper of shard 2 must get it: the sweep
     // that found "none" for a need of 2, with a unit still at shard 0, was no sell-out.
     const { goodsId } = await createGoods({ stock: 1, shards: 3 });
-    const goods = { id: goodsId, locationHint: null };
-    const shard1 = goodsStock(env, goods, 1);
-    type Leases = { row: LeaseRow; save(): void; retryPending(): Promise<void> };
-    const leasesOf = (instance: GoodsStock) => (instance as unknown as { leases: Leases }).leases;
-    const grantId = crypto.randomUUID();
-    await runInDurableObject(shard1, (instance: GoodsStock) => {
-      leasesOf(instance).row.pending_grant = grantId;
-      leasesOf(instance).save();
-    });
-    expect(await goodsStock(env, goods, 0).grant(goodsId, 1, grantId, 2, 2, true, 0)).toEqual({ units: 1 });
-    await runInDurableObject(shard1, (instance: GoodsStock) => leasesOf(instance).retryPending());
+    await (await grantInFlight(goodsId, 1, 1, 2)).land();
     expect((await shardSnapshots(goodsId))[1]?.remaining).toBe(1);
-    const [shopper] = usersOn('left-free', 2, 3, 1);
-    expect(await buy(shopper ?? '', goodsId)).toMatchObject({ status: 202 });
-    expect(await settled(goodsId)).toMatchObject({ doRemaining: 0, orders: { PENDING_PAYMENT: 1 }, consistent: true });
+    await shardTwoBuysTheUnit(goodsId, 'left-free');
   });
 
   it('a dry shard holding fewer units than its batch needs leaves them to the next dry shard', async () => {
@@ -172,9 +167,7 @@ describe('stock shards: a sale', () => {
     await (await grantInFlight(goodsId, 1, 1)).land();
     const goods = { id: goodsId, locationHint: null };
     expect(await goodsStock(env, goods, 0).grant(goodsId, 1, crypto.randomUUID(), 2, 2, true, 1)).toEqual({ units: 0 });
-    const [shopper] = usersOn('asker-holds', 2, 3, 1);
-    expect(await buy(shopper ?? '', goodsId)).toMatchObject({ status: 202 });
-    expect(await settled(goodsId)).toMatchObject({ doRemaining: 0, orders: { PENDING_PAYMENT: 1 }, consistent: true });
+    await shardTwoBuysTheUnit(goodsId, 'asker-holds');
   });
 
   it('a dry shard that cannot reach a shard holding units tells its shopper to retry, not SOLD_OUT', async () => {
