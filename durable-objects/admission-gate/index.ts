@@ -14,7 +14,7 @@ export class AdmissionGate extends DurableObject<Env> {
   private readonly shares = new RateShares();
 
   /** This isolate's share of `ratePerSecond`, given the purchases per second it sees. */
-  async share(isolate: string, demandPerSecond: number, ratePerSecond: number): Promise<RateShare> {
+  async share(isolate: string, demandPerSecond: number, ratePerSecond: number): Promise<Required<RateShare>> {
     return this.shares.share(isolate, demandPerSecond, ratePerSecond, Date.now());
   }
 

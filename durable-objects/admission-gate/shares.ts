@@ -25,7 +25,7 @@ export class RateShares {
   private expireAt = 0;
 
   /** `isolate`'s share of `rate` per second, given the requests per second it sees now, and when to ask again. */
-  share(isolate: string, demandPerSecond: number, rate: number, now: number): RateShare {
+  share(isolate: string, demandPerSecond: number, rate: number, now: number): Required<RateShare> {
     this.expire(now);
     const prior = this.sources.get(isolate);
     const isolates = this.sources.size + (prior ? 0 : 1);

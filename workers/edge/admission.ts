@@ -20,11 +20,18 @@ import { isolateId } from './isolate-id';
 // the background, so that purchase too waits on one object call, its stock shard. That is one
 // request per isolate and goods beyond the rate, once: in a flash crowd's first second, when
 // thousands of isolates start at once, the alternative is every one of them calling the one
-// gate on the shoppers' wait. The requests right behind it wait up to WAIT_FOR_SHARE_MS for
-// the share.
+// gate on the shoppers' wait. The requests right behind it wait for that one renewal to end
+// (up to WAIT_FOR_SHARE_MS) rather than ask the gate again each.
+//
+// A share is a fraction of the goods' rate: when the rate changes mid-sale, the share in hand
+// serves at the new rate in the same proportion while its renewal (asked at once, in the
+// background) brings the gate's new split, so no purchase waits on the gate for the change.
 
-/** A request waits this long for a share another request of the isolate is fetching. */
-const WAIT_FOR_SHARE_MS = 150;
+/**
+ * A request waits at most this long for a renewal another request of the isolate is running;
+ * past it (a gate that does not answer) it asks the gate itself.
+ */
+const WAIT_FOR_SHARE_MS = 2_000;
 const POLL_MS = 2;
 
 type Share = { perSecond: number; rate: number; validUntil: number; renewAt: number };
@@ -56,8 +63,20 @@ function busy(retryAfterMs: number): AppError {
   return new AppError('BUSY', undefined, { 'retry-after': String(Math.max(1, Math.ceil(retryAfterMs / 1000))) });
 }
 
-const usable = (p: Pool, rate: number, now: number): Share | undefined =>
-  p.share && p.share.rate === rate && now < p.share.validUntil ? p.share : undefined;
+/**
+ * The share in hand, unless it lapsed. A share asked for another rate is rescaled to `rate` in
+ * the same proportion and falls due for renewal now (the gate may split the new rate otherwise).
+ */
+function usable(p: Pool, rate: number, now: number): Share | undefined {
+  const share = p.share;
+  if (!share || now >= share.validUntil) {
+    return undefined;
+  }
+  if (share.rate !== rate) {
+    p.share = { perSecond: (share.perSecond * rate) / share.rate, rate, validUntil: share.validUntil, renewAt: now };
+  }
+  return p.share;
+}
 
 /** Asks the gate for this isolate's share of `rate`, telling it the purchases per second seen here. */
 async function renew(env: Env, p: Pool, goods: GoodsPlacement, rate: number): Promise<void> {
@@ -69,7 +88,9 @@ async function renew(env: Env, p: Pool, goods: GoodsPlacement, rate: number): Pr
   try {
     const got = await admissionGate(env, goods).share(isolateId(), demand, rate);
     const now = Date.now();
-    p.share = { perSecond: got.perSecond, rate, validUntil: now + got.validMs, renewAt: now + got.renewMs };
+    // A gate of an earlier build says no renewMs: renew halfway through the share's life.
+    const renewMs = got.renewMs ?? got.validMs / 2;
+    p.share = { perSecond: got.perSecond, rate, validUntil: now + got.validMs, renewAt: now + renewMs };
   } catch (error) {
     // No gate, no new share: the one in hand (if any) serves until it lapses; then BUSY.
     log.warn('admission.gate_unavailable', { goodsId: goods.id, error });
@@ -103,9 +124,14 @@ export async function acquirePermit(env: Env, goods: GoodsPlacement, rate: numbe
       return;
     }
   }
+  let waited = false;
   while (!share) {
     if (p.renewing && Date.now() - started < WAIT_FOR_SHARE_MS) {
+      waited = true;
       await sleep(POLL_MS);
+    } else if (waited && !p.renewing) {
+      // The renewal waited for ended without a share: the gate did not answer it just now.
+      throw busy(100);
     } else {
       await renew(env, p, goods, rate);
       if (!usable(p, rate, Date.now())) {

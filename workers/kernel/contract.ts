@@ -296,8 +296,12 @@ export type BanView = { id: string; until: string; createdAt: string };
 export type LegacyLimits = { value: string; updatedAt: number };
 /** Admission permits leased to an isolate, or how long until the gate has some. */
 export type Lease = { granted: number; retryAfterMs: number };
-/** An isolate's share of a goods' admission rate: permits a second, for `validMs`; it renews after `renewMs`, in the background. */
-export type RateShare = { perSecond: number; validMs: number; renewMs: number };
+/**
+ * An isolate's share of a goods' admission rate: permits a second, for `validMs`; it renews after
+ * `renewMs`, in the background. A gate of an earlier build sends no `renewMs` (the isolate then
+ * renews on the old fixed interval).
+ */
+export type RateShare = { perSecond: number; validMs: number; renewMs?: number };
 
 /** Where a goods' stock object may be placed (Cloudflare's Durable Object location hints). */
 export const LOCATION_HINTS = ['wnam', 'enam', 'sam', 'weur', 'eeur', 'apac', 'oc', 'afr', 'me'] as const;
