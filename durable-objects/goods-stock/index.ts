@@ -265,6 +265,8 @@ export class GoodsStock extends DurableObject<Env> {
     );
     if (returned > 0) {
       this.syncMirror();
+      // As a release does: shard 0 may be answering from its memory of a sell-out.
+      await this.leases.noteReleased();
     }
     return { returned, remaining: this.sale?.remaining ?? 0, refused: this.sale?.refused ?? 0 };
   }

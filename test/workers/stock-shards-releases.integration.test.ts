@@ -1,11 +1,13 @@
 import { env, runInDurableObject } from 'cloudflare:test';
+import { eq } from 'drizzle-orm';
 import { describe, expect, it, vi } from 'vitest';
+import { seckillGoods } from '../../db/schema';
 import type { GoodsStock } from '../../durable-objects/goods-stock/index';
 import { SOLD_OUT_MEMORY_MS } from '../../durable-objects/goods-stock/lease-pool';
 import { coalesceMs } from '../../durable-objects/goods-stock/outbox';
 import { goodsStock } from '../../durable-objects/routing';
 import type { OrderPack } from '../../workers/kernel/contract';
-import { ADMIN, bearer, buy, buyOrder, call, createGoods, driveTimeouts, eventually, json, settled } from './helpers';
+import { ADMIN, bearer, buy, buyOrder, call, createGoods, driveTimeouts, eventually, json, settled, sql } from './helpers';
 import { SHARDS, sale, shardedStats, shardSnapshots, usersOn } from './shards-helpers';
 
 // A hot goods spread over several stock objects: units released (cancel, timeout) go back to a
@@ -42,6 +44,25 @@ describe('stock shards: releases and the pool', () => {
     const s = await settled(goodsId);
     expect(s).toMatchObject({ doRemaining: 0, dbStock: 0, consistent: true });
     expect(s.orders).toMatchObject({ PENDING_PAYMENT: STOCK, CANCELLED: 1 });
+  });
+
+  it('a refused unit put back on sale after the sell-out is reported to shard 0, which stops answering from its memory', async () => {
+    const { goodsId } = await createGoods({ stock: 1, shards: 3 });
+    const goods = { id: goodsId, locationHint: null };
+    // Postgres holds none of the unit (a bad import): the order its sale makes is refused.
+    await sql((db) => db.update(seckillGoods).set({ stock: 0 }).where(eq(seckillGoods.id, goodsId)));
+    const [buyer] = usersOn('refused-back', 2, 3, 1);
+    expect(await buy(buyer ?? '', goodsId)).toMatchObject({ status: 202 });
+    await eventually(async () => ((await shardSnapshots(goodsId))[2]?.refused === 1 ? true : undefined));
+    // A dry shard asks: nothing free anywhere, and shard 0 remembers the sell-out.
+    const pool = goodsStock(env, goods, 0);
+    expect(await pool.grant(goodsId, 1, crypto.randomUUID(), 1, 1, true, 0)).toEqual({ units: 0 });
+    expect(await pool.goodsLeft(goodsId)).toBe(0);
+    // Postgres is mended and reconciliation puts the unit back on sale at shard 2, which tells
+    // shard 0 before it answers: shard 0's units-left read and the next dry ask find the unit.
+    expect(await goodsStock(env, goods, 2).returnRefused(1, 0)).toMatchObject({ returned: 1, remaining: 1 });
+    expect(await pool.goodsLeft(goodsId)).toBe(1);
+    expect(await pool.grant(goodsId, 1, crypto.randomUUID(), 1, 1, true, 0)).toEqual({ units: 1 });
   });
 
   it('asks the pool rarely: a balanced sale makes fewer calls between shards than it sells units', async () => {
