@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Log, LogLevel, Miniflare, type MiniflareOptions } from 'miniflare';
 import { unstable_getMiniflareWorkerOptions } from 'wrangler';
+import { startServicesProcess } from './services-process.ts';
 import { startTestServices, type TestServices } from './test-services.ts';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -37,6 +38,8 @@ export type WorkerStackOptions = {
   databaseUrl?: string | undefined;
   /** A redis-server for the mirror (through the REST bridge); mirror off when absent. */
   redisUrl?: string | undefined;
+  /** Run Postgres and the bridges in a child process (services-process.ts), off this process' event loop. */
+  servicesProcess?: boolean;
   /** Reuse a built bundle (see buildBundle). */
   bundle?: Bundle;
   /** 0 (default) picks a free port. */
@@ -98,7 +101,8 @@ export async function startWorkerStack(options: WorkerStackOptions = {}): Promis
     }
   };
   try {
-    const services = await startTestServices({ databaseUrl: options.databaseUrl, redisUrl: options.redisUrl });
+    const serviceOptions = { databaseUrl: options.databaseUrl, redisUrl: options.redisUrl };
+    const services = options.servicesProcess ? await startServicesProcess(serviceOptions) : await startTestServices(serviceOptions);
     closers.push(() => services.close());
     let bundle = options.bundle;
     if (!bundle) {

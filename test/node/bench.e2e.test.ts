@@ -105,7 +105,7 @@ describe('npm run bench', () => {
     expect(JSON.parse(run.stdout)).toEqual(latest);
 
     // Straight to the Worker's own socket unless --entry-worker.
-    expect(latest.options).toMatchObject({ connections: 20, durationS: 2, entryWorker: false });
+    expect(latest.options).toMatchObject({ connections: 20, durationS: 2, entryWorker: false, servicesInProcess: false });
     expect(latest.machine.cpus).toBeGreaterThan(0);
     for (const phase of [latest.floor, latest.purchase, latest.soldOut]) {
       expect(phase.rps).toBeGreaterThan(0);

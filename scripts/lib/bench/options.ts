@@ -23,6 +23,9 @@ a redis-server and PostgreSQL answer), the targets, and the invariants afterward
   --assets                 keep Miniflare's static-assets routing in front of the Worker
   --entry-worker           send the requests through Miniflare's entry worker, the local stand-in
                            for Cloudflare's front line, instead of to the Worker's own socket
+  --services-in-process    run Postgres (PGlite) and its WebSocket bridge in the load generator's
+                           process, as before they had a process of their own (default: a child
+                           process, so the load generator never waits on a statement's turn)
   --out DIR                where results go (default bench/results, ignored by git)
   --json                   print the result JSON instead of the table
   --object-delay-ms N      delay before every object call in the delay phase (default 50; 0: no phase)
@@ -53,6 +56,7 @@ const OPTIONS = {
   'idempotency-keys': { type: 'boolean' },
   assets: { type: 'boolean' },
   'entry-worker': { type: 'boolean' },
+  'services-in-process': { type: 'boolean' },
   out: { type: 'string' },
   json: { type: 'boolean' },
   verbose: { type: 'boolean' },
@@ -89,6 +93,7 @@ function benchSettings(values: Values) {
     idempotencyKeys: values['idempotency-keys'] ?? false,
     assets: values.assets ?? false,
     entryWorker: values['entry-worker'] ?? false,
+    servicesInProcess: values['services-in-process'] ?? false,
     out: values.out ?? 'bench/results',
     json: values.json ?? false,
     verbose: values.verbose ?? false,

@@ -32,7 +32,16 @@ export type BenchResult = Environment &
   Omit<TargetInputs, 'consumer' | 'options'> & {
     startedAt: string;
     database: string;
-    options: { durationS: number; connections: number; idempotencyKeys: boolean; assets: boolean; entryWorker: boolean; redis: boolean };
+    options: {
+      durationS: number;
+      connections: number;
+      idempotencyKeys: boolean;
+      assets: boolean;
+      entryWorker: boolean;
+      /** Absent in results of runs before the option (they ran the services in process). */
+      servicesInProcess?: boolean;
+      redis: boolean;
+    };
     queue: QueuePhase | null;
     /** The floor's two runs (before the purchase phase, after the sold-out phase); `floor` is both together. */
     floorRuns?: { before: PhaseResult; after: PhaseResult; drift: number };
@@ -125,7 +134,8 @@ export function formatBench(r: BenchResult): string {
     `edge-seckill bench, ${r.startedAt}${r.commit ? `, commit ${r.commit.sha.slice(0, 10)}${r.commit.dirty ? ' (uncommitted changes)' : ''}` : ''}`,
     `${m.cpus} CPUs (${m.cpuModel}), Node ${m.node}, Postgres: ${r.database}, mirror ${r.options.redis ? 'on' : 'off'}, ` +
       `static-assets layer ${r.options.assets ? 'on' : 'off'}, ` +
-      `${r.options.entryWorker ? "through Miniflare's entry worker" : "straight to the Worker's socket"}, load average ${m.loadAverageAtStart.join(' ')}`,
+      `${r.options.entryWorker ? "through Miniflare's entry worker" : "straight to the Worker's socket"}, ` +
+      `Postgres and its bridge ${r.options.servicesInProcess !== false ? "in the load generator's process" : 'in a process of their own'}, load average ${m.loadAverageAtStart.join(' ')}`,
     `autocannon, ${r.options.connections} connections, ${r.options.durationS} s per phase` +
       `${r.options.idempotencyKeys ? ', Idempotency-Key on every purchase' : ''}`,
     '',

@@ -35,6 +35,8 @@ export type BenchStackOptions = {
   assets: boolean;
   /** Through Miniflare's entry worker instead of the Worker's own socket. */
   entryWorker?: boolean;
+  /** Postgres and the bridges in this process instead of a child process of their own. */
+  servicesInProcess?: boolean;
   bindings: Record<string, string>;
   verbose?: boolean;
   inspectorPort?: number | undefined;
@@ -112,6 +114,7 @@ export async function startBenchStack(o: BenchStackOptions): Promise<BenchStack>
   const stack = await startWorkerStack({
     databaseUrl: o.databaseUrl,
     redisUrl: o.redisUrl,
+    servicesProcess: !o.servicesInProcess,
     bindings: o.bindings,
     direct: !o.entryWorker,
     ...(o.bundle ? { bundle: o.bundle } : {}),
