@@ -2,9 +2,10 @@
 // services-process.ts with its options as a JSON argument, it prints one JSON line with the
 // services' addresses, then serves until its stdin ends (the parent closed it, or died), and
 // closes them (dropping a fresh database) before it exits.
+import type { ServicesProcessOptions } from './services-process.ts';
 import { startTestServices } from './test-services.ts';
 
-const options = JSON.parse(process.argv[2] ?? '{}') as Parameters<typeof startTestServices>[0];
+const options = JSON.parse(process.argv[2] ?? '{}') as ServicesProcessOptions;
 const services = await startTestServices(options);
 process.stdout.write(
   `${JSON.stringify({

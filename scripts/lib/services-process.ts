@@ -30,18 +30,21 @@ async function stop(child: ChildProcess): Promise<void> {
   clearTimeout(timer);
 }
 
+/** What can cross to the child: startTestServices' options, less a snapshot (a Blob). */
+export type ServicesProcessOptions = Omit<NonNullable<Parameters<typeof startTestServices>[0]>, 'from'>;
+
 /** startTestServices' services, run by a child process; `close()` ends it. */
-export async function startServicesProcess(options: Parameters<typeof startTestServices>[0] = {}): Promise<TestServices> {
+export async function startServicesProcess(options: ServicesProcessOptions = {}): Promise<TestServices> {
   const [command, args] = tsNode(CHILD, JSON.stringify(options));
   const child = spawn(command, args, { stdio: ['pipe', 'pipe', 'inherit'] });
   if (!child.stdout) {
     throw new Error('the services process has no stdout');
   }
   const lines = createInterface({ input: child.stdout });
-  let first: string;
+  let addresses: Addresses | undefined;
   try {
-    first = await Promise.race([
-      once(lines, 'line').then(([line]) => String(line)),
+    addresses = await Promise.race([
+      addressesFrom(lines),
       once(child, 'exit').then(([code]) => {
         throw new Error(`the services process exited with ${code} before it started them`);
       }),
@@ -49,8 +52,24 @@ export async function startServicesProcess(options: Parameters<typeof startTestS
   } catch (error) {
     await stop(child);
     throw error;
+  } finally {
+    lines.close();
   }
-  lines.close();
-  const addresses = JSON.parse(first) as Addresses;
+  // Whatever else it prints is read and dropped, so a full pipe never stalls it.
+  child.stdout.on('data', () => {});
+  child.stdout.resume();
   return { ...addresses, snapshot: undefined, close: () => stop(child) };
+}
+
+/** The child's line of addresses (any line before it, a library's chatter, is skipped). */
+async function addressesFrom(lines: AsyncIterable<string>): Promise<Addresses> {
+  for await (const line of lines) {
+    if (line.startsWith('{')) {
+      const parsed = JSON.parse(line) as Partial<Addresses>;
+      if (typeof parsed.databaseUrl === 'string' && typeof parsed.pgWsProxy === 'string') {
+        return parsed as Addresses;
+      }
+    }
+  }
+  throw new Error('the services process ended its output without their addresses');
 }

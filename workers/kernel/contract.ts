@@ -299,7 +299,7 @@ export type Lease = { granted: number; retryAfterMs: number };
 /**
  * An isolate's share of a goods' admission rate: permits a second, for `validMs`; it renews after
  * `renewMs`, in the background. A gate of an earlier build sends no `renewMs` (the isolate then
- * renews on the old fixed interval).
+ * renews halfway through the share's life).
  */
 export type RateShare = { perSecond: number; validMs: number; renewMs?: number };
 
