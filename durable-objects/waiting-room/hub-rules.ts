@@ -59,9 +59,13 @@ const AUTO_WINDOW_MS = 3_000;
 const AUTO_QUIET_MS = 5_000;
 /**
  * How long a settled purchase may still count as outstanding at its shard: the stock object
- * knows first, the shard hears from the consumer right after and reports within a tick.
+ * knows first; the shard hears from the consumer right after (a slow consumer: seconds later)
+ * and reports within a tick. Too short a window draws the sold-out line on that double count
+ * and tells shoppers who can still buy that they cannot (a 3 s window did so for results 3 s
+ * behind their settlement); longer only delays the line while units are left, never the news
+ * of a true sell-out (see `left` in decide).
  */
-const SETTLE_LAG_MS = 3_000;
+const SETTLE_LAG_MS = 10_000;
 /** A round takes effect a tick and this much after its decision: every shard, reporting once a tick, has heard of it by then. */
 export const LEAD_MARGIN_MS = 250;
 
@@ -258,7 +262,10 @@ export function decide(
   }
 
   const rest = front.slice(n);
-  const left = free + settledLately - n;
+  // Nothing for sale and nothing on its way to Postgres: no waiting shopper can buy now, whoever
+  // still looks outstanding, and the line is drawn without waiting out the settle window.
+  const nothingLeft = stock !== undefined && stock.remaining <= 0 && stock.queued <= 0;
+  const left = (nothingLeft ? Math.min(0, free) : free + settledLately) - n;
   const waiting = Math.max(0, lanes.reduce((s, l) => s + l.waiting, 0) - n);
   const preQueued = fresh.reduce((s, r) => s + r.unkeyed, 0);
   // Reported keys beyond what is known exactly: their places are estimated from each shard's sample.

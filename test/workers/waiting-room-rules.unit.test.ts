@@ -210,6 +210,72 @@ describe("the coordinator's decision", () => {
     expect(d.view.marks.counts[0]).toBe(0);
   });
 
+  it('tells nobody sold out while a unit is still to be had, when results reach the line seconds after the stock settles them', () => {
+    // A slow consumer: each admitted shopper buys at once, the order is written and settled two
+    // seconds later, and the shopper's result reaches its shard `lagS` seconds after that. Until
+    // then the shard counts the shopper as outstanding (they may still buy) while the stock
+    // already counts the unit as sold: the line must not be drawn on that double count.
+    const STOCK = 8;
+    for (const lagS of [1, 3, 5, 8]) {
+      const g = goods({ admitPerSecond: 2 });
+      const keys = Array.from({ length: 20 }, (_, i) => arrivalKey(100 + i, `k${String(i).padStart(2, '0')}`));
+      const shard: SimShard = { waiting: [...keys], admitted: [], known: 0, cursor: '' };
+      const bought = new Map<string, number>();
+      const toldOut = new Set<string>();
+      let state = initialHubState(g, 0);
+      for (let t = 1; t <= 40; t++) {
+        const now = t * 1_000;
+        const sold = [...bought.values()];
+        const stock: Stock = {
+          remaining: STOCK - sold.length,
+          queued: sold.filter((at) => now < at + 2_000).length,
+          confirmed: sold.filter((at) => now >= at + 2_000).length,
+        };
+        const r = report(shard, 0, now, g);
+        r.outstanding = shard.admitted.filter(
+          (a) => !(now >= (bought.get(a.key) ?? Number.POSITIVE_INFINITY) + 2_000 + lagS * 1_000),
+        ).length;
+        const d = decide(state, [r], g, stock, 0, now, TICK);
+        state = d.state;
+        apply(shard, state.rounds);
+        for (const a of shard.admitted) {
+          if (!bought.has(a.key) && bought.size < STOCK) {
+            bought.set(a.key, now);
+          }
+        }
+        const line = d.view.line;
+        if (line !== null) {
+          for (const k of shard.waiting.filter((k) => k >= line)) {
+            toldOut.add(k);
+          }
+        }
+      }
+      // Every unit sold, and the shoppers told sold out are exactly the ones who got none.
+      expect(bought.size, `lag ${lagS} s`).toBe(STOCK);
+      expect(
+        [...toldOut].filter((k) => bought.has(k)),
+        `lag ${lagS} s`,
+      ).toEqual([]);
+      expect(toldOut.size, `lag ${lagS} s`).toBe(keys.length - STOCK);
+    }
+  });
+
+  it('tells every waiting shopper at once when nothing is left for sale or on its way, however much settled lately', () => {
+    // Paused, so nobody is admitted: the eight units were sold before the line and all settled
+    // within the last second, their results heard. Nothing is for sale and nothing is on its way
+    // to Postgres: no waiting shopper can buy, and the settle window must not hold the news back.
+    const g = goods({ paused: true });
+    const keys = Array.from({ length: 10 }, (_, i) => arrivalKey(100 + i, `k${i}`));
+    const shard: SimShard = { waiting: [...keys], admitted: [], known: 0, cursor: '' };
+    let d = decide(initialHubState(g, 0), [report(shard, 0, 1_000, g)], g, { remaining: 8, queued: 0, confirmed: 0 }, 0, 1_000, TICK);
+    const soldOut: Stock = { remaining: 0, queued: 0, confirmed: 8 };
+    d = decide(d.state, [report(shard, 0, 2_000, g)], g, soldOut, 0, 2_000, TICK);
+    d = decide(d.state, [report(shard, 0, 3_000, g)], g, soldOut, 0, 3_000, TICK);
+    const line = d.view.line;
+    expect(line).not.toBeNull();
+    expect(keys.filter((k) => k < (line ?? ''))).toEqual([]);
+  });
+
   it('while paused admits nobody yet draws the line, exact once two decisions over every report agree', () => {
     const g = goods({ paused: true });
     // Two shards, their shoppers interleaved in time; 3 units: the fourth key on is out.
