@@ -1,7 +1,7 @@
 // The bench's capacity model and its CPU attribution (scripts/lib/bench/model.ts, objects.ts):
 // the ceilings it computes from calls per purchase, the class it names, which object a profile
 // sample's CPU goes to, and the calls waited on one after another under the object delay.
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -37,6 +37,20 @@ describe('the capacity model', () => {
     expect(at(16)?.perObjectAtTarget).toMatchObject({ GoodsStock: 625, EdgeGuard: 156.3, AdmissionGate: 0 });
     expect(model.scenarios.map((s) => s.shards)).toEqual([1, 8, 16, 64]);
     expect(objectsPerGoods('WaitingRoom', 8)).toBe(32);
+  });
+
+  it('spreads each fixed-size class over as many objects as durable-objects/routing.ts and the kernel make', async () => {
+    const source = (file: string) => readFile(new URL(`../../${file}`, import.meta.url), 'utf8');
+    const routing = await source('durable-objects/routing.ts');
+    const room = await source('workers/kernel/waiting-room.ts');
+    const constant = (text: string, name: string) =>
+      Number(new RegExp(`export const ${name} = ([\\d_]+);`).exec(text)?.[1]?.replaceAll('_', ''));
+    expect(objectsPerGoods('EdgeGuard', 8)).toBe(constant(routing, 'GUARD_SHARDS'));
+    // The isolates read the limits from the copies and flush metrics to one shard each.
+    expect(objectsPerGoods('LimitsStore', 8)).toBe(constant(routing, 'LIMITS_REPLICAS'));
+    expect(objectsPerGoods('Metrics', 8)).toBe(constant(routing, 'METRICS_SHARDS'));
+    expect(objectsPerGoods('WaitingRoom', 8)).toBe(constant(room, 'ROOM_SHARDS'));
+    expect(objectsPerGoods('AdmissionGate', 8)).toBe(1);
   });
 
   it('sums the methods of each class', () => {

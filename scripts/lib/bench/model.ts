@@ -11,9 +11,17 @@ export const MODEL_SHARDS = [1, 8, 16, 64] as const;
 /** The target: one goods at this rate on 16 shards, no object above HOT_OBJECT_PER_SEC. */
 export const TARGET_PURCHASES_PER_SEC = 10_000;
 export const HOT_OBJECT_PER_SEC = 500;
-/** Objects of the fixed-size classes (durable-objects/routing.ts GUARD_SHARDS, kernel ROOM_SHARDS). */
+/**
+ * Objects of the fixed-size classes (durable-objects/routing.ts GUARD_SHARDS, LIMITS_REPLICAS and
+ * METRICS_SHARDS, kernel ROOM_SHARDS; copied, the objects' modules need the Workers types, and
+ * checked against them by test/node/bench-model.unit.test.ts).
+ */
 const GUARD_SHARDS = 128;
 const ROOM_SHARDS = 32;
+/** The isolates read the limits from these copies, not from the store (which hears from the copies and the admin). */
+const LIMITS_REPLICAS = 16;
+/** Each isolate flushes its metrics to one of these. */
+const METRICS_SHARDS = 32;
 
 /** How many objects of a class one goods' purchases spread over, with `shards` stock shards. */
 export function objectsPerGoods(cls: string, shards: number): number {
@@ -24,8 +32,12 @@ export function objectsPerGoods(cls: string, shards: number): number {
       return GUARD_SHARDS;
     case 'WaitingRoom':
       return ROOM_SHARDS;
+    case 'LimitsStore':
+      return LIMITS_REPLICAS;
+    case 'Metrics':
+      return METRICS_SHARDS;
     default:
-      // AdmissionGate, the room's hub, LimitsStore and Metrics: one of each.
+      // AdmissionGate and the room's hub: one of each.
       return 1;
   }
 }
