@@ -263,9 +263,10 @@ export function decide(
 
   const rest = front.slice(n);
   // Nothing for sale and nothing on its way to Postgres: no waiting shopper can buy now, whoever
-  // still looks outstanding, and the line is drawn without waiting out the settle window.
+  // still looks outstanding (free is at most 0), and the line is drawn without waiting out the
+  // settle window.
   const nothingLeft = stock !== undefined && stock.remaining <= 0 && stock.queued <= 0;
-  const left = (nothingLeft ? Math.min(0, free) : free + settledLately) - n;
+  const left = free + (nothingLeft ? 0 : settledLately) - n;
   const waiting = Math.max(0, lanes.reduce((s, l) => s + l.waiting, 0) - n);
   const preQueued = fresh.reduce((s, r) => s + r.unkeyed, 0);
   // Reported keys beyond what is known exactly: their places are estimated from each shard's sample.

@@ -86,10 +86,8 @@ let lastRun = 0;
 /** When the run under way last moved on (a round started, or its wait did). */
 let runMovedAt = 0;
 let policy: BanPolicy | undefined;
-/** The largest slowdown the last round's shards asked for; the round under way's, and its answers so far. */
+/** The largest slowdown the last round's shards asked for. */
 let slowdown = 1;
-let heardSlowdown = 1;
-let heardReplies = 0;
 
 /** Report rounds are this far apart now. */
 export function reportIntervalMs(): number {
@@ -159,41 +157,41 @@ async function sendReport(env: Env): Promise<void> {
     return;
   }
   const round = planRound(waiting, limiter.takeReport() ?? [], guardShardName, CALLS_PER_ROUND);
-  heardSlowdown = 1;
-  heardReplies = 0;
-  await send(env, round, used);
+  const heard = (await send(env, round, used)).filter((s) => s !== undefined);
   // A round whose calls all failed heard nothing: the pace it had stands.
-  if (heardReplies > 0) {
-    slowdown = heardSlowdown;
+  if (heard.length > 0) {
+    slowdown = Math.min(GUARD_MAX_SLOWDOWN, Math.max(1, ...heard));
   }
 }
 
 /**
- * Sends each shard's batch and folds its answer in. The calls go one per turn of the event loop:
+ * Sends each shard's batch and folds its answer in; the slowdown each shard asked for (undefined
+ * where the call failed). The calls go one per turn of the event loop:
  * a call's arguments are serialised when it is made, and a busy isolate's round (a thousand keys
  * and more) made at once held the isolate for 10-17 ms, every shopper's request waiting behind it.
  */
-async function send(env: Env, batches: [string, KeyReport[]][], used: BanPolicy): Promise<void> {
-  const calls: Promise<void>[] = [];
+async function send(env: Env, batches: [string, KeyReport[]][], used: BanPolicy): Promise<(number | undefined)[]> {
+  const calls: Promise<number | undefined>[] = [];
   for (const [i, [shard, batch]] of batches.entries()) {
     if (i > 0) {
       await sleep(0);
     }
     calls.push(sendBatch(env, shard, batch, used));
   }
-  await Promise.all(calls);
+  return Promise.all(calls);
 }
 
-async function sendBatch(env: Env, shard: string, batch: KeyReport[], used: BanPolicy): Promise<void> {
+/** One shard's batch, its answer folded in; the slowdown the shard asked for, or undefined when the call failed. */
+async function sendBatch(env: Env, shard: string, batch: KeyReport[], used: BanPolicy): Promise<number | undefined> {
   const sentAt = Date.now();
   try {
     const reply = await guardShardByName(env, shard).account({ isolate: limiter.isolate, policy: used, keys: batch });
     limiter.applyReply(reply, Date.now(), sentAt);
-    heardReplies++;
-    heardSlowdown = Math.max(heardSlowdown, Math.min(GUARD_MAX_SLOWDOWN, reply.slowdown ?? 1));
+    return reply.slowdown ?? 1;
   } catch (error) {
     // Accounting only: this isolate's own windows still hold; the fleet's view is a round late.
     log.warn('guard.report_failed', { shard, keys: batch.length, error });
+    return undefined;
   }
 }
 
