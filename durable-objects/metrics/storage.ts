@@ -47,8 +47,11 @@ export class MetricsStorage {
     const stored = row ? countsOf(row.counts) : undefined;
     // A deploy that changed a histogram's buckets restarts that series rather than mixing bounds.
     const same = row !== undefined && stored !== undefined && stored.length === h.counts.length;
+    // An upsert, not INSERT OR REPLACE: an update of an existing series writes one row, a replace
+    // a delete and an insert with their index entries (SQLite rows are what storage is billed by).
     this.sql.exec(
-      'INSERT OR REPLACE INTO histogram (key, name, labels, counts, sum, count, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
+      `INSERT INTO histogram (key, name, labels, counts, sum, count, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (key) DO UPDATE SET counts = excluded.counts, sum = excluded.sum, count = excluded.count, updated_at = excluded.updated_at`,
       key,
       h.name,
       JSON.stringify(h.labels),

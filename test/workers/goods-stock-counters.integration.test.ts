@@ -3,7 +3,7 @@ import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import type { GoodsStock } from '../../durable-objects/goods-stock/index';
 import type { ReserveItem } from '../../workers/kernel/contract';
-import { createGoods, eventually, settled, stockObject } from './helpers';
+import { createGoods, eventually, settled, stockObject, watchStatements } from './helpers';
 
 // Nothing on a hot goods' object may cost more as the sale grows: a snapshot (which goods pages
 // read when the mirror is off) and an alarm with nothing due read a few rows, however many
@@ -32,25 +32,23 @@ function rebindQueue(goodsId: number, queue: Queue) {
   });
 }
 
-/** Rows read by the object's storage while `work` runs in it (every statement's cursor, summed), and its statements. */
+/** Rows read and written by the object's storage while `work` runs (every statement's cursor, summed), and its statements. */
 function rowsReadBy<T>(
   goodsId: number,
   work: (instance: GoodsStock) => Promise<T> | T,
-): Promise<{ rowsRead: number; statements: number; value: T }> {
+): Promise<{ rowsRead: number; rowsWritten: number; statements: number; value: T }> {
   return runInDurableObject(stockObject(goodsId), async (instance: GoodsStock) => {
-    const sql = (instance as unknown as { store: { sql: SqlStorage } }).store.sql;
-    const exec = sql.exec;
-    const cursors: SqlStorageCursor<Record<string, SqlStorageValue>>[] = [];
-    sql.exec = ((query: string, ...bindings: unknown[]) => {
-      const cursor = exec.call(sql, query, ...bindings);
-      cursors.push(cursor);
-      return cursor;
-    }) as typeof sql.exec;
+    const watch = watchStatements((instance as unknown as { store: { sql: SqlStorage } }).store.sql);
     try {
       const value = await work(instance);
-      return { rowsRead: cursors.reduce((n, c) => n + c.rowsRead, 0), statements: cursors.length, value };
+      return {
+        rowsRead: watch.cursors.reduce((n, c) => n + c.rowsRead, 0),
+        rowsWritten: watch.cursors.reduce((n, c) => n + c.rowsWritten, 0),
+        statements: watch.cursors.length,
+        value,
+      };
     } finally {
-      sql.exec = exec;
+      watch.stop();
     }
   });
 }
@@ -119,6 +117,51 @@ describe('the goods object counts without scanning', () => {
     await eventually(async () => ((await stockObject(goodsId).snapshot())?.outboxPending === 0 ? true : undefined));
     const alarm = await rowsReadBy(goodsId, (instance) => instance.alarm());
     expect(alarm.rowsRead).toBeLessThanOrEqual(10);
+  });
+
+  it('writes about 21 SQLite rows an order over its life, and 3 for a shopper refused sold out', async () => {
+    // Rows written are what Cloudflare bills an object's storage by (an index entry is a row):
+    // docs/deploying.md's cost of a sale counts with these figures.
+    const { goodsId } = await createGoods({ stock: 100 });
+    await rebindQueue(goodsId, { sendBatch: async () => {} } as unknown as Queue);
+    const stub = stockObject(goodsId);
+    const items = Array.from({ length: 100 }, (_, i) => item(goodsId, `life-${i}`));
+    const reserved = await rowsReadBy(goodsId, (instance) => instance.reserveMany(goodsId, items));
+    expect(reserved.value.every((o) => o.ok)).toBe(true);
+    // The outbox's send (the alarm's flush, here at once), the consumer's settlement, and a
+    // timeout for a tenth of them (their units back on sale).
+    const sent = await rowsReadBy(goodsId, (instance) => (instance as unknown as { outbox: { flush(): Promise<void> } }).outbox.flush());
+    const settledRows = await rowsReadBy(goodsId, (instance) =>
+      instance.settle(items.map((i) => ({ requestId: i.requestId, ok: true as const, orderId: `order-${i.requestId}` }))),
+    );
+    const timedOut = await rowsReadBy(goodsId, async (instance) => {
+      for (const i of items.slice(0, 10)) {
+        await instance.release(i.requestId, 'CLOSED_TIMEOUT');
+      }
+    });
+    const perOrder = {
+      reserve: reserved.rowsWritten / 100,
+      send: sent.rowsWritten / 100,
+      settle: settledRows.rowsWritten / 100,
+      timeout: timedOut.rowsWritten / 10,
+    };
+    expect(perOrder.reserve + perOrder.send + perOrder.settle).toBeLessThanOrEqual(21.1);
+    expect(perOrder.timeout).toBeLessThanOrEqual(6);
+    // Sold out: a shopper the object refuses spends their purchase token (its row and two index
+    // entries) and leaves no reservation row.
+    const refill = await stub.reserveMany(
+      goodsId,
+      Array.from({ length: 10 }, (_, i) => item(goodsId, `refill-${i}`)),
+    );
+    expect(refill.every((o) => o.ok)).toBe(true);
+    const refused = await rowsReadBy(goodsId, (instance) =>
+      instance.reserveMany(
+        goodsId,
+        Array.from({ length: 50 }, (_, i) => item(goodsId, `late-${i}`)),
+      ),
+    );
+    expect(refused.value.every((o) => !o.ok && o.reason === 'SOLD_OUT')).toBe(true);
+    expect(refused.rowsWritten).toBeLessThanOrEqual(3 * 50);
   });
 
   it('applies a batch of settlements in order, a run of 200 confirmations in two statements', async () => {

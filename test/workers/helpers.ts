@@ -440,3 +440,18 @@ export async function grantInFlight(goodsId: number, to: number, units: number, 
   expect(await goodsStock(env, goods, 0).grant(goodsId, to, grantId, need, need, true, 0)).toEqual({ units });
   return { land: () => runInDurableObject(shard, (instance: GoodsStock) => leasesOf(instance).retryPending()) };
 }
+
+/**
+ * Records every statement run on `sql` until `stop` is called: their cursors, whose rowsRead and
+ * rowsWritten (an index entry counts as a row) are what an object's storage is billed by.
+ */
+export function watchStatements(sql: SqlStorage): { cursors: SqlStorageCursor<Record<string, SqlStorageValue>>[]; stop: () => void } {
+  const exec = sql.exec;
+  const cursors: SqlStorageCursor<Record<string, SqlStorageValue>>[] = [];
+  sql.exec = ((query: string, ...bindings: unknown[]) => {
+    const cursor = exec.call(sql, query, ...bindings);
+    cursors.push(cursor);
+    return cursor;
+  }) as typeof sql.exec;
+  return { cursors, stop: () => (sql.exec = exec) };
+}

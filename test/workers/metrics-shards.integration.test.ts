@@ -1,8 +1,11 @@
+import { runDurableObjectAlarm, runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
+import type { Metrics } from '../../durable-objects/metrics/index';
+import type { MetricsStorage } from '../../durable-objects/metrics/storage';
 import { METRICS_SHARDS, metricsShard } from '../../durable-objects/routing';
-import { mergeDeltas } from '../../workers/metrics/registry';
-import { metric, scrape } from './helpers';
+import { type MetricsDelta, mergeDeltas } from '../../workers/metrics/registry';
+import { metric, scrape, watchStatements } from './helpers';
 
 // The totals are spread over METRICS_SHARDS objects (each isolate ships to one of them); the
 // scrape sums every shard, so what any shard holds shows up once and only once.
@@ -42,6 +45,75 @@ describe('metrics shards', () => {
     expect(metric(m, 'seckill_http_request_duration_ms_bucket', { ...path, le: '25' })).toBe(2);
   });
 
+  it('a shard writes each series once per interval, however many isolates flush to it', async () => {
+    const shard = metricsShard(env, 3);
+    const labels = { route: '/metrics-write-behind', method: 'POST', outcome: 'ok' };
+    const delta: MetricsDelta = {
+      counters: [
+        { name: 'seckill_http_requests_total', labels, value: 1 },
+        { name: 'seckill_http_requests_total', labels: { ...labels, outcome: 'rejected' }, value: 2 },
+      ],
+      histograms: [
+        latency(
+          new Array<number>(12).fill(0).map((_, j) => (j === 1 ? 1 : 0)),
+          7,
+        ),
+      ].map((h) => ({ ...h, labels: { route: labels.route } })),
+    };
+    const rows = await rowsWrittenBy(shard, async () => {
+      // Fifty isolates' flushes in one interval, then its write.
+      for (let i = 0; i < 50; i++) {
+        await shard.add(delta);
+      }
+      // Heard, not yet written: the scrape sees them.
+      expect(metric(await scrape(), 'seckill_http_requests_total', labels)).toBe(50);
+      expect(await runDurableObjectAlarm(shard)).toBe(true);
+    });
+    // Three series, each written once (a row and its key's index entry): about 200 rows when every flush was written.
+    expect(rows).toBeLessThanOrEqual(6);
+    // Written, and kept by a new instance.
+    await runInDurableObject(shard, (_instance, state) => state.abort('restarted by the test')).catch(() => undefined);
+    const m = await scrape();
+    expect(metric(m, 'seckill_http_requests_total', labels)).toBe(50);
+    expect(metric(m, 'seckill_http_requests_total', { ...labels, outcome: 'rejected' })).toBe(100);
+    expect(metric(m, 'seckill_http_request_duration_ms_count', { route: labels.route })).toBe(50);
+    expect(metric(m, 'seckill_http_request_duration_ms_sum', { route: labels.route })).toBe(350);
+    // The next interval updates the three rows in place: a row each.
+    const fresh = metricsShard(env, 3);
+    const again = await rowsWrittenBy(fresh, async () => {
+      await fresh.add(delta);
+      expect(await runDurableObjectAlarm(fresh)).toBe(true);
+    });
+    expect(again).toBeLessThanOrEqual(3);
+    expect(metric(await scrape(), 'seckill_http_request_duration_ms_count', { route: labels.route })).toBe(51);
+  });
+
+  it('a write that fails keeps the sum for the next alarm', async () => {
+    const shard = metricsShard(env, 4);
+    const labels = { route: '/metrics-write-fails', method: 'GET', outcome: 'ok' };
+    await shard.add({ counters: [{ name: 'seckill_http_requests_total', labels, value: 3 }], histograms: [] });
+    // The storage refuses the first write.
+    await runInDurableObject(shard, (instance: Metrics) => {
+      const store = (instance as unknown as { store: MetricsStorage }).store;
+      const addCounter = store.addCounter.bind(store);
+      let refused = false;
+      store.addCounter = (...args) => {
+        if (!refused) {
+          refused = true;
+          throw new Error('storage refused for the test');
+        }
+        addCounter(...args);
+      };
+    });
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    expect(metric(await scrape(), 'seckill_http_requests_total', labels)).toBe(3);
+    expect(await runInDurableObject(shard, (_instance, state) => state.storage.getAlarm())).not.toBeNull();
+    await shard.add({ counters: [{ name: 'seckill_http_requests_total', labels, value: 4 }], histograms: [] });
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    await runInDurableObject(shard, (_instance, state) => state.abort('restarted by the test')).catch(() => undefined);
+    expect(metric(await scrape(), 'seckill_http_requests_total', labels)).toBe(7);
+  });
+
   it('merging keeps one series per name and labels, whatever order the labels came in', () => {
     const merged = mergeDeltas([
       {
@@ -59,3 +131,14 @@ describe('metrics shards', () => {
     expect(merged.histograms).toEqual([{ name: 'h', labels: {}, counts: [1, 2], sum: 10, count: 3 }]);
   });
 });
+
+/** SQLite rows the shard writes while `work` runs. */
+async function rowsWrittenBy(shard: DurableObjectStub<Metrics>, work: () => Promise<void>): Promise<number> {
+  const watch = await runInDurableObject(shard, (_instance, state) => watchStatements(state.storage.sql));
+  try {
+    await work();
+  } finally {
+    watch.stop();
+  }
+  return watch.cursors.reduce((n, c) => n + c.rowsWritten, 0);
+}
