@@ -82,10 +82,43 @@ export async function runQueuePhase(o: {
     }
   };
 
+  const wsBase = o.url.replace(/^http/, 'ws');
+  /** Opens the shopper's live channel, as the shopper page does right after joining; resolves once open (or failed). */
+  const listen = (s: Shopper) =>
+    new Promise<void>((resolve) => {
+      const socket = new WebSocket(`${wsBase}/api/seckill/goods/${o.goodsId}/live?ticket=${encodeURIComponent(s.ticket ?? '')}`, {
+        headers: o.headers ?? {},
+      });
+      s.socket = socket;
+      socket.on('open', () => resolve());
+      socket.on('error', () => resolve());
+      socket.on('message', (data) => {
+        liveMessages++;
+        lastLiveAt = Date.now();
+        firstLiveAt ||= lastLiveAt;
+        let event: { type?: string; pass?: unknown } = {};
+        try {
+          event = JSON.parse(String(data)) as typeof event;
+        } catch {
+          return;
+        }
+        if (event.type === 'admitted') {
+          admit(s, event.pass);
+        } else if (event.type === 'sold_out' && s.admittedAt === undefined && !s.done) {
+          refuse(s, 'sold out in line');
+        }
+      });
+    });
+
+  // Each shopper joins and opens the live channel at once, so an admission is seen when the room
+  // sends it (a channel opened only after every join saw early admissions seconds late, and
+  // counted that against the room's ETA).
   const started = Date.now();
+  let joinedAll = started;
   await pool(shoppers, o.connections, async (s) => {
     s.joinedAt = Date.now();
     const joined = await o.http.post(`/api/seckill/goods/${o.goodsId}/queue`, { headers: { authorization: `Bearer ${s.jwt}` } });
+    joinedAll = Math.max(joinedAll, Date.now());
     const body = joined.json as { ticket?: string; state?: string; etaSeconds?: number; pass?: string } | undefined;
     if (joined.status !== 200 || !body?.ticket) {
       refuse(s, `join ${joined.status}`);
@@ -97,40 +130,10 @@ export async function runQueuePhase(o: {
       admit(s, body.pass);
     } else if (body.state === 'SOLD_OUT') {
       refuse(s, 'sold out in line');
+    } else {
+      await listen(s);
     }
   });
-  const joinedAll = Date.now();
-
-  const wsBase = o.url.replace(/^http/, 'ws');
-  await pool(
-    shoppers.filter((s) => s.ticket && !s.done),
-    o.connections,
-    (s) =>
-      new Promise<void>((resolve) => {
-        const socket = new WebSocket(`${wsBase}/api/seckill/goods/${o.goodsId}/live?ticket=${encodeURIComponent(s.ticket ?? '')}`, {
-          headers: o.headers ?? {},
-        });
-        s.socket = socket;
-        socket.on('open', () => resolve());
-        socket.on('error', () => resolve());
-        socket.on('message', (data) => {
-          liveMessages++;
-          lastLiveAt = Date.now();
-          firstLiveAt ||= lastLiveAt;
-          let event: { type?: string; pass?: unknown } = {};
-          try {
-            event = JSON.parse(String(data)) as typeof event;
-          } catch {
-            return;
-          }
-          if (event.type === 'admitted') {
-            admit(s, event.pass);
-          } else if (event.type === 'sold_out' && s.admittedAt === undefined && !s.done) {
-            refuse(s, 'sold out in line');
-          }
-        });
-      }),
-  );
 
   const buy = async (s: Shopper) => {
     const headers = { authorization: `Bearer ${s.jwt}` };
