@@ -69,6 +69,17 @@ const SETTLE_LAG_MS = 10_000;
 /** A round takes effect a tick and this much after its decision: every shard, reporting once a tick, has heard of it by then. */
 export const LEAD_MARGIN_MS = 250;
 
+/**
+ * How long after the line could take a shopper the admission reaches them, on average: their
+ * key reaches this object with their shard's next report (half a tick), waits for the next
+ * decision (half a tick; a key fresher than FRESH_JOIN_GRACE_MS one more), and the round takes
+ * effect a tick and LEAD_MARGIN_MS after it. An ETA that counted one tick promised admissions
+ * about 1.3 s early on average (the bench's queue phase).
+ */
+export function admissionLagMs(tickMs: number): number {
+  return 2 * tickMs + LEAD_MARGIN_MS;
+}
+
 /** Whether a room holds shoppers in line before its coordinator has said anything. */
 export function defaultActive(goods: RoomGoods, now: number): boolean {
   if (goods.mode === 'always') {
@@ -326,7 +337,7 @@ export function decide(
       remaining: stock?.remaining ?? 0,
       outstanding: outstanding + n,
       admittedPerSecond,
-      lastEtaSeconds: Math.ceil((waiting + preQueued) / capacity + tickMs / 1000),
+      lastEtaSeconds: Math.ceil((waiting + preQueued) / capacity + admissionLagMs(tickMs) / 1000),
     },
   };
 }

@@ -147,8 +147,8 @@ export function placeOf(key: string, marks: Ladder, own: readonly string[], ownS
   return base + Math.round(Math.min(1, Math.max(0, fraction)) * (span - 1));
 }
 
-/** Seconds until a shopper with `position` ahead is admitted, at `rate` per second, rounds `tickMs` apart. */
-export function etaSeconds(position: number, rate: number, now: number, startAt: number, tickMs: number): number {
+/** Seconds until a shopper with `position` ahead is admitted, at `rate` per second, `lagMs` after the line reaches them (admissionLagMs). */
+export function etaSeconds(position: number, rate: number, now: number, startAt: number, lagMs: number): number {
   const untilStart = Math.max(0, startAt - now);
-  return Math.ceil((untilStart + tickMs) / 1000 + (position + 1) / Math.max(1, rate));
+  return Math.ceil((untilStart + lagMs) / 1000 + (position + 1) / Math.max(1, rate));
 }

@@ -8,7 +8,7 @@ import {
   type TicketView,
 } from '../../workers/kernel/waiting-room';
 import { Book, type Ticket } from './book';
-import { activeAt, defaultActive } from './hub-rules';
+import { activeAt, admissionLagMs, defaultActive } from './hub-rules';
 import { etaSeconds, NOTHING, placeOf } from './rules';
 
 /** How often a busy shard reports to the coordinator. */
@@ -85,7 +85,7 @@ export class Standing {
       userId: t.userId,
       state,
       position,
-      etaSeconds: state === 'WAITING' ? etaSeconds(position, rate, now, goods?.startAt ?? 0, TICK_MS) : 0,
+      etaSeconds: state === 'WAITING' ? etaSeconds(position, rate, now, goods?.startAt ?? 0, admissionLagMs(TICK_MS)) : 0,
       remaining: this.hub?.remaining ?? 0,
       orderKey: t.key,
       preQueue: t.pre,
