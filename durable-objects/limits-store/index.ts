@@ -63,7 +63,10 @@ export class LimitsStore extends DurableObject<Env> {
       return this.copy.limits;
     }
     try {
-      const limits = await limitsStore(this.env).getLimits();
+      // A copy of the answer, not the answer: workerd gives an RPC result a disposer, and an RPC
+      // method that returns such an object hands every caller a result it must dispose (each
+      // isolate's read left one for the garbage collector, and workerd warned of it).
+      const limits = structuredClone(await limitsStore(this.env).getLimits());
       this.copy = { limits, at: Date.now() };
       return limits;
     } catch (error) {

@@ -1,5 +1,7 @@
+import { runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { LimitsStore } from '../../durable-objects/limits-store/index';
 import { LIMITS_REPLICAS, limitsReplica, limitsStore } from '../../durable-objects/routing';
 import { DEFAULT_LIMITS } from '../../workers/kernel/limits';
 import { setLimits } from './helpers';
@@ -19,6 +21,18 @@ describe('limits copies', () => {
     await setLimits({ perIpPerSecond: 33 });
     const copies = await Promise.all(Array.from({ length: LIMITS_REPLICAS }, (_, i) => limitsReplica(env, i).replicaLimits()));
     expect(copies.map((c) => c.limits.perIpPerSecond)).toEqual(Array(LIMITS_REPLICAS).fill(33));
+  });
+
+  it("a copy answers with data of its own, not the store's call result, which the isolates would have to dispose", async () => {
+    await setLimits({ perIpPerSecond: 34 });
+    const answer = await runInDurableObject(limitsReplica(env, 3), (instance: LimitsStore) => {
+      // As a copy that has nothing yet: it reads the store.
+      (instance as unknown as { copy: unknown }).copy = undefined;
+      return instance.replicaLimits();
+    });
+    expect(answer.limits.perIpPerSecond).toBe(34);
+    // workerd's disposer is a symbol-keyed property (Symbol.dispose).
+    expect(Object.getOwnPropertySymbols(answer).map(String)).toEqual([]);
   });
 
   it('a copy that missed a push serves what it has for at most a second, then re-reads the store', async () => {
