@@ -1,6 +1,6 @@
 import { DurableObject } from 'cloudflare:workers';
 import { log } from '../../workers/kernel/log';
-import { type MetricsDelta, mergeDeltas } from '../../workers/metrics/registry';
+import { DeltaSum, type MetricsDelta, mergeDeltas } from '../../workers/metrics/registry';
 import { MetricsStorage } from './storage';
 
 /** Series not updated for this long are dropped (an old sale's goods id), so the scrape stays small. */
@@ -26,7 +26,7 @@ export class Metrics extends DurableObject<Env> {
   private readonly store: MetricsStorage;
   private prunedAt = 0;
   /** Heard and not yet written. */
-  private pending: MetricsDelta | undefined;
+  private pending = new DeltaSum();
   /** An alarm is set for the pending sum (this instance set it and it has not run). */
   private alarmSet = false;
 
@@ -38,7 +38,7 @@ export class Metrics extends DurableObject<Env> {
 
   /** Adds one isolate's delta to the totals: at once to what totals() answers, to storage within PERSIST_INTERVAL_MS. */
   async add(delta: MetricsDelta): Promise<void> {
-    this.pending = this.pending ? mergeDeltas([this.pending, delta]) : mergeDeltas([delta]);
+    this.pending.add(delta);
     if (!this.alarmSet) {
       this.alarmSet = true;
       await this.ctx.storage.setAlarm(Date.now() + PERSIST_INTERVAL_MS);
@@ -48,16 +48,16 @@ export class Metrics extends DurableObject<Env> {
   /** Every series' total: what is stored and what is waiting to be. */
   async totals(): Promise<MetricsDelta> {
     const stored = this.store.totals();
-    return this.pending ? mergeDeltas([stored, this.pending]) : stored;
+    return this.pending.empty ? stored : mergeDeltas([stored, this.pending.total()]);
   }
 
   /** Writes the pending sum in one transaction; if that fails, the sum stays pending for the next alarm. */
   override async alarm(): Promise<void> {
-    const pending = this.pending;
-    if (!pending) {
+    if (this.pending.empty) {
       this.alarmSet = false;
       return;
     }
+    const pending = this.pending.total();
     const now = Date.now();
     try {
       this.ctx.storage.transactionSync(() => {
@@ -78,7 +78,7 @@ export class Metrics extends DurableObject<Env> {
       return;
     }
     // The write is synchronous: nothing was heard while it ran.
-    this.pending = undefined;
+    this.pending = new DeltaSum();
     this.alarmSet = false;
   }
 }

@@ -116,24 +116,29 @@ export function takeDelta(): MetricsDelta | undefined {
   return delta;
 }
 
-/** The sum of several deltas (the totals of every metrics shard), series by series. */
-export function mergeDeltas(deltas: readonly MetricsDelta[]): MetricsDelta {
-  const sums = { counters: new Map<string, CounterDelta>(), histograms: new Map<string, HistogramDelta>() };
-  for (const d of deltas) {
-    for (const c of d.counters) {
+/**
+ * A running sum of deltas, series by series: each delta added costs its own series, not the
+ * sum's. Histograms of another bucket layout (a build with other buckets) are not mixed: the
+ * series with more observations is kept.
+ */
+export class DeltaSum {
+  private readonly counters = new Map<string, CounterDelta>();
+  private readonly histograms = new Map<string, HistogramDelta>();
+
+  add(delta: MetricsDelta): void {
+    for (const c of delta.counters) {
       const key = seriesKey(c.name, c.labels);
-      const had = sums.counters.get(key);
-      sums.counters.set(key, had ? { ...had, value: had.value + c.value } : c);
+      const had = this.counters.get(key);
+      this.counters.set(key, had ? { ...had, value: had.value + c.value } : c);
     }
-    for (const h of d.histograms) {
+    for (const h of delta.histograms) {
       const key = seriesKey(h.name, h.labels);
-      const had = sums.histograms.get(key);
-      // Shards written by builds with other buckets: keep the series with more observations.
+      const had = this.histograms.get(key);
       if (!had || had.counts.length !== h.counts.length) {
-        sums.histograms.set(key, !had || h.count > had.count ? h : had);
+        this.histograms.set(key, !had || h.count > had.count ? h : had);
         continue;
       }
-      sums.histograms.set(key, {
+      this.histograms.set(key, {
         ...had,
         counts: had.counts.map((n, i) => n + (h.counts[i] ?? 0)),
         sum: had.sum + h.sum,
@@ -141,8 +146,25 @@ export function mergeDeltas(deltas: readonly MetricsDelta[]): MetricsDelta {
       });
     }
   }
-  const byKey = <T>(m: Map<string, T>) => [...m].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, v]) => v);
-  return { counters: byKey(sums.counters), histograms: byKey(sums.histograms) };
+
+  get empty(): boolean {
+    return this.counters.size === 0 && this.histograms.size === 0;
+  }
+
+  /** The sum, series in key order. */
+  total(): MetricsDelta {
+    const byKey = <T>(m: Map<string, T>) => [...m].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, v]) => v);
+    return { counters: byKey(this.counters), histograms: byKey(this.histograms) };
+  }
+}
+
+/** The sum of several deltas (the totals of every metrics shard), series by series. */
+export function mergeDeltas(deltas: readonly MetricsDelta[]): MetricsDelta {
+  const sum = new DeltaSum();
+  for (const d of deltas) {
+    sum.add(d);
+  }
+  return sum.total();
 }
 
 /** Puts back a delta that could not be shipped, so no count is lost. */
