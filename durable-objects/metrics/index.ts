@@ -38,11 +38,12 @@ export class Metrics extends DurableObject<Env> {
 
   /** Adds one isolate's delta to the totals: at once to what totals() answers, to storage within PERSIST_INTERVAL_MS. */
   async add(delta: MetricsDelta): Promise<void> {
-    this.pending.add(delta);
+    // The alarm first: a call that fails adds nothing, and the isolate sends its delta again.
     if (!this.alarmSet) {
-      this.alarmSet = true;
       await this.ctx.storage.setAlarm(Date.now() + PERSIST_INTERVAL_MS);
+      this.alarmSet = true;
     }
+    this.pending.add(delta);
   }
 
   /** Every series' total: what is stored and what is waiting to be. */

@@ -114,6 +114,31 @@ describe('metrics shards', () => {
     expect(metric(await scrape(), 'seckill_http_requests_total', labels)).toBe(7);
   });
 
+  it('a flush the shard could not take is not counted, so the isolate sending it again counts it once', async () => {
+    const shard = metricsShard(env, 6);
+    const labels = { route: '/metrics-alarm-fails', method: 'GET', outcome: 'ok' };
+    const delta: MetricsDelta = { counters: [{ name: 'seckill_http_requests_total', labels, value: 5 }], histograms: [] };
+    // The storage refuses the alarm the shard sets for its first flush.
+    const first = await runInDurableObject(shard, (instance: Metrics, state) => {
+      const setAlarm = state.storage.setAlarm.bind(state.storage);
+      state.storage.setAlarm = (...args) => {
+        state.storage.setAlarm = setAlarm;
+        return Promise.reject(new Error('storage refused for the test'));
+      };
+      return instance.add(delta).then(
+        () => 'taken',
+        (error: Error) => error.message,
+      );
+    });
+    expect(first).toBe('storage refused for the test');
+    expect(metric(await scrape(), 'seckill_http_requests_total', labels)).toBe(0);
+    // The isolate keeps the delta and sends it again (workers/metrics/flush.ts restoreDelta).
+    await shard.add(delta);
+    expect(metric(await scrape(), 'seckill_http_requests_total', labels)).toBe(5);
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    expect(metric(await scrape(), 'seckill_http_requests_total', labels)).toBe(5);
+  });
+
   it('merging keeps one series per name and labels, whatever order the labels came in', () => {
     const merged = mergeDeltas([
       {
