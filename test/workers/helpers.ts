@@ -442,16 +442,20 @@ export async function grantInFlight(goodsId: number, to: number, units: number, 
 }
 
 /**
- * Records every statement run on `sql` until `stop` is called: their cursors, whose rowsRead and
- * rowsWritten (an index entry counts as a row) are what an object's storage is billed by.
+ * Records every statement run on `sql` until `stop` is called: their text and cursors, whose
+ * rowsRead and rowsWritten (an index entry counts as a row) are what an object's storage is
+ * billed by.
  */
-export function watchStatements(sql: SqlStorage): { cursors: SqlStorageCursor<Record<string, SqlStorageValue>>[]; stop: () => void } {
+export function watchStatements(sql: SqlStorage): {
+  statements: { query: string; cursor: SqlStorageCursor<Record<string, SqlStorageValue>> }[];
+  stop: () => void;
+} {
   const exec = sql.exec;
-  const cursors: SqlStorageCursor<Record<string, SqlStorageValue>>[] = [];
+  const statements: { query: string; cursor: SqlStorageCursor<Record<string, SqlStorageValue>> }[] = [];
   sql.exec = ((query: string, ...bindings: unknown[]) => {
     const cursor = exec.call(sql, query, ...bindings);
-    cursors.push(cursor);
+    statements.push({ query, cursor });
     return cursor;
   }) as typeof sql.exec;
-  return { cursors, stop: () => (sql.exec = exec) };
+  return { statements, stop: () => (sql.exec = exec) };
 }

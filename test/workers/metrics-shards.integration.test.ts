@@ -165,5 +165,5 @@ async function rowsWrittenBy(shard: DurableObjectStub<Metrics>, work: () => Prom
   } finally {
     watch.stop();
   }
-  return watch.cursors.reduce((n, c) => n + c.rowsWritten, 0);
+  return watch.statements.reduce((n, s) => n + s.cursor.rowsWritten, 0);
 }
