@@ -25,10 +25,8 @@ export const PERSIST_INTERVAL_MS = 10_000;
 export class Metrics extends DurableObject<Env> {
   private readonly store: MetricsStorage;
   private prunedAt = 0;
-  /** Heard and not yet written. */
+  /** Heard and not yet written; while it holds anything, an alarm is set to write it. */
   private pending = new DeltaSum();
-  /** An alarm is set for the pending sum (this instance set it and it has not run). */
-  private alarmSet = false;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -39,9 +37,8 @@ export class Metrics extends DurableObject<Env> {
   /** Adds one isolate's delta to the totals: at once to what totals() answers, to storage within PERSIST_INTERVAL_MS. */
   async add(delta: MetricsDelta): Promise<void> {
     // The alarm first: a call that fails adds nothing, and the isolate sends its delta again.
-    if (!this.alarmSet) {
+    if (this.pending.empty) {
       await this.ctx.storage.setAlarm(Date.now() + PERSIST_INTERVAL_MS);
-      this.alarmSet = true;
     }
     this.pending.add(delta);
   }
@@ -55,7 +52,6 @@ export class Metrics extends DurableObject<Env> {
   /** Writes the pending sum in one transaction; if that fails, the sum stays pending for the next alarm. */
   override async alarm(): Promise<void> {
     if (this.pending.empty) {
-      this.alarmSet = false;
       return;
     }
     const pending = this.pending.total();
@@ -80,6 +76,5 @@ export class Metrics extends DurableObject<Env> {
     }
     // The write is synchronous: nothing was heard while it ran.
     this.pending = new DeltaSum();
-    this.alarmSet = false;
   }
 }

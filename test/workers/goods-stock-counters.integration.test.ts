@@ -33,7 +33,7 @@ function rebindQueue(goodsId: number, queue: Queue) {
 }
 
 /** Rows read and written by the object's storage while `work` runs (every statement's cursor, summed), and its statements. */
-function rowsReadBy<T>(
+function rowsBy<T>(
   goodsId: number,
   work: (instance: GoodsStock) => Promise<T> | T,
 ): Promise<{ rowsRead: number; rowsWritten: number; statements: number; value: T }> {
@@ -104,12 +104,12 @@ describe('the goods object counts without scanning', () => {
       goodsId,
       Array.from({ length: 10 }, (_, i) => `small-${i}`),
     );
-    const small = await rowsReadBy(goodsId, (instance) => instance.snapshot());
+    const small = await rowsBy(goodsId, (instance) => instance.snapshot());
     await reserveMany(
       goodsId,
       Array.from({ length: 590 }, (_, i) => `large-${i}`),
     );
-    const large = await rowsReadBy(goodsId, (instance) => instance.snapshot());
+    const large = await rowsBy(goodsId, (instance) => instance.snapshot());
     expect(large.value).toMatchObject({ queued: 600, remaining: 400 });
     expect(small.rowsRead).toBeLessThanOrEqual(4);
     expect(large.rowsRead).toBe(small.rowsRead);
@@ -117,7 +117,7 @@ describe('the goods object counts without scanning', () => {
     // The alarm with nothing due (every row was sent and waits minutes for its resend) reads
     // what is due, not the 600 rows waiting.
     await eventually(async () => ((await stockObject(goodsId).snapshot())?.outboxPending === 0 ? true : undefined));
-    const alarm = await rowsReadBy(goodsId, (instance) => instance.alarm());
+    const alarm = await rowsBy(goodsId, (instance) => instance.alarm());
     expect(alarm.rowsRead).toBeLessThanOrEqual(10);
   });
 
@@ -128,15 +128,15 @@ describe('the goods object counts without scanning', () => {
     await rebindQueue(goodsId, { sendBatch: async () => {} } as unknown as Queue);
     const stub = stockObject(goodsId);
     const items = Array.from({ length: 100 }, (_, i) => item(goodsId, `life-${i}`));
-    const reserved = await rowsReadBy(goodsId, (instance) => instance.reserveMany(goodsId, items));
+    const reserved = await rowsBy(goodsId, (instance) => instance.reserveMany(goodsId, items));
     expect(reserved.value.every((o) => o.ok)).toBe(true);
     // The outbox's send (the alarm's flush, here at once), the consumer's settlement, and a
     // timeout for a tenth of them (their units back on sale).
-    const sent = await rowsReadBy(goodsId, (instance) => (instance as unknown as { outbox: { flush(): Promise<void> } }).outbox.flush());
-    const settledRows = await rowsReadBy(goodsId, (instance) =>
+    const sent = await rowsBy(goodsId, (instance) => (instance as unknown as { outbox: { flush(): Promise<void> } }).outbox.flush());
+    const settledRows = await rowsBy(goodsId, (instance) =>
       instance.settle(items.map((i) => ({ requestId: i.requestId, ok: true as const, orderId: `order-${i.requestId}` }))),
     );
-    const timedOut = await rowsReadBy(goodsId, async (instance) => {
+    const timedOut = await rowsBy(goodsId, async (instance) => {
       for (const i of items.slice(0, 10)) {
         await instance.release(i.requestId, 'CLOSED_TIMEOUT');
       }
@@ -156,7 +156,7 @@ describe('the goods object counts without scanning', () => {
       Array.from({ length: 10 }, (_, i) => item(goodsId, `refill-${i}`)),
     );
     expect(refill.every((o) => o.ok)).toBe(true);
-    const refused = await rowsReadBy(goodsId, (instance) =>
+    const refused = await rowsBy(goodsId, (instance) =>
       instance.reserveMany(
         goodsId,
         Array.from({ length: 50 }, (_, i) => item(goodsId, `late-${i}`)),
@@ -171,7 +171,7 @@ describe('the goods object counts without scanning', () => {
     const ids = items.map((i) => i.requestId);
     const [a, b, c, d, e] = ids.slice(200) as [string, string, string, string, string];
     const run = ids.slice(0, 200).map((requestId) => ({ requestId, ok: true as const, orderId: `order-${requestId}` }));
-    const settled = await rowsReadBy(goodsId, (instance) => instance.settle(run));
+    const settled = await rowsBy(goodsId, (instance) => instance.settle(run));
     expect(settled.value).toEqual({ confirmed: 200, released: 0, refused: 0 });
     expect(settled.statements).toBeLessThanOrEqual(6);
 
