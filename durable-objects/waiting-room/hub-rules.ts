@@ -15,7 +15,7 @@ export type HubState = {
   cursor: string;
   /** Recent rounds, ascending, so a shard that missed one stamps each ticket with its own round. */
   rounds: Round[];
-  /** Admissions the rate allows right now (a bucket of at most one second's worth). */
+  /** Admissions the rate allows right now (a bucket of the rate's worth for the time since the last decision, at most two ticks). */
   tokens: number;
   decidedAt: number;
   /** From `since` on the room is `on` (holds shoppers in line); before it, the opposite. */
@@ -68,6 +68,8 @@ const AUTO_QUIET_MS = 5_000;
 const SETTLE_LAG_MS = 10_000;
 /** A round takes effect a tick and this much after its decision: every shard, reporting once a tick, has heard of it by then. */
 export const LEAD_MARGIN_MS = 250;
+/** A decision admits at most this many ticks' worth of the rate, however long since the last. */
+const BUCKET_TICKS = 2;
 
 /**
  * How long after the line could take a shopper the admission reaches them, on average: their
@@ -261,8 +263,12 @@ export function decide(
   const open = now >= goods.startAt && !ended && !goods.paused;
 
   const capacity = Math.max(1, goods.admitPerSecond);
-  const elapsed = state.decidedAt === 0 ? tickMs : now - state.decidedAt;
-  let tokens = open ? Math.min(capacity, state.tokens + (capacity * Math.max(0, elapsed)) / 1000) : 0;
+  // The rate accrues for the time since the last decision, up to BUCKET_TICKS ticks: decisions
+  // come about a tick apart, later from a busy coordinator, and a bucket of one second lost what
+  // a late one had accrued (deciding every 1.3 s, a room of 100 a second admitted 77).
+  const elapsed = Math.min(BUCKET_TICKS * tickMs, Math.max(0, state.decidedAt === 0 ? tickMs : now - state.decidedAt));
+  const bucket = capacity * Math.max(1, elapsed / 1000);
+  let tokens = open ? Math.min(bucket, state.tokens + (capacity * elapsed) / 1000) : 0;
   const n = open ? Math.max(0, Math.min(Math.floor(tokens), Math.floor(Math.max(0, free)), front.length)) : 0;
   let { round, cursor, rounds } = state;
   if (n > 0) {

@@ -323,6 +323,61 @@ describe("the coordinator's decision", () => {
     expect(held.state.round).toBe(0);
   });
 
+  it('keeps its rate when decisions come late: a busy coordinator that decides every 0.9-1.7 s still admits 100 a second', () => {
+    const random = rng(11);
+    const g = goods({ admitPerSecond: 100 });
+    // A line of 12,000 over four shards, longer than the 60 s of decisions below.
+    const keys = Array.from({ length: 12_000 }, (_, i) => arrivalKey(10 + i, `t${String(i).padStart(5, '0')}`));
+    const shards: SimShard[] = Array.from({ length: 4 }, (_, s) => ({
+      waiting: keys.filter((_, i) => i % 4 === s),
+      admitted: [],
+      known: 0,
+      cursor: '',
+    }));
+    const stock: Stock = { remaining: 1_000_000, queued: 0, confirmed: 0 };
+    let state = initialHubState(g, 0);
+    let now = 1_000;
+    const perRound: number[] = [];
+    while (now < 61_000) {
+      const before = shards.reduce((n, s) => n + s.admitted.length, 0);
+      state = decide(
+        state,
+        shards.map((s, i) => report(s, i, now, g)),
+        g,
+        stock,
+        0,
+        now,
+        TICK,
+      ).state;
+      for (const s of shards) {
+        apply(s, state.rounds);
+      }
+      perRound.push(shards.reduce((n, s) => n + s.admitted.length, 0) - before);
+      // Reports reach a loaded coordinator late, and unevenly.
+      now += 900 + Math.floor(random() * 800);
+    }
+    const admitted = shards.reduce((n, s) => n + s.admitted.length, 0);
+    // 60 s at 100 a second, give or take the last decision's interval.
+    expect(admitted).toBeGreaterThanOrEqual(5_900);
+    expect(admitted).toBeLessThanOrEqual(6_100);
+    // No round larger than two seconds' worth: a late decision makes up for its time, not more.
+    expect(Math.max(...perRound)).toBeLessThanOrEqual(200);
+    // And a coordinator that decides after a long silence (a shard that went away) admits no more
+    // than two seconds' worth at once either.
+    const idle = decide(
+      state,
+      shards.map((s, i) => report(s, i, now + 30_000, g)),
+      g,
+      stock,
+      0,
+      now + 30_000,
+      TICK,
+    );
+    expect(idle.state.round).toBe(state.round + 1);
+    const cut = shards.reduce((n, s) => n + s.waiting.filter((k) => k <= idle.state.cursor).length, 0);
+    expect(cut).toBeLessThanOrEqual(200);
+  });
+
   it('in auto mode holds a line while arrivals exceed the rate, and lets go once it is empty and quiet', () => {
     const g = goods({ mode: 'auto', admitPerSecond: 5 });
     const empty = (now: number) => report({ waiting: [], admitted: [], known: 0, cursor: '' }, 0, now, g);
