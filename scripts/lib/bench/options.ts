@@ -1,6 +1,7 @@
 // Command-line options of `npm run bench`.
+import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { intOption } from '../load/options.ts';
+import { intOption, UsageError } from '../load/options.ts';
 
 export const BENCH_USAGE = `Usage: npm run bench [-- options]
 
@@ -30,7 +31,8 @@ a redis-server and PostgreSQL answer), the targets, and the invariants afterward
   --json                   print the result JSON instead of the table
   --object-delay-ms N      delay before every object call in the delay phase (default 50; 0: no phase)
   --shards N               stock shards of the sharded phase's goods (default 8; 0: no phase)
-  --queue-shoppers N       shoppers in the waiting-room phase (default 2000; 0: no phase)
+  --queue-shoppers N       shoppers in the waiting-room phase (default 2000; 0: no phase); each holds a
+                           live connection, so the open-file limit (ulimit -n) must exceed N + 1,100
   --admit-per-second N     the waiting room's admissions per second (default 500)
   --no-classic             skip the classic stack (default: run it when a redis-server, at
                            --redis-url, $REDIS_URL or redis://127.0.0.1:6379, and PostgreSQL,
@@ -41,6 +43,9 @@ a redis-server and PostgreSQL answer), the targets, and the invariants afterward
   --help`;
 
 export { isUsageError, UsageError } from '../load/options.ts';
+
+/** Open files the bench needs besides its sockets (the bundle, the databases, the objects' SQLite files, logs). */
+const FILES_BESIDE_SOCKETS = 1_000;
 
 /** What `npm run bench` was asked to do. */
 export type BenchOptions = ReturnType<typeof benchSettings>;
@@ -77,7 +82,40 @@ export function parseBenchOptions(argv: string[]): { help: true } | (BenchOption
   if (values.help) {
     return { help: true };
   }
-  return benchSettings(values);
+  const settings = benchSettings(values);
+  checkOpenFiles(settings, openFileLimit());
+  return settings;
+}
+
+/** The soft limit on open files this process has, and workerd inherits; undefined when unlimited or unknown. */
+export function openFileLimit(limits = '/proc/self/limits'): number | undefined {
+  try {
+    const line = readFileSync(limits, 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('Max open files'));
+    const soft = Number(line?.slice('Max open files'.length).trim().split(/\s+/)[0]);
+    return Number.isInteger(soft) && soft > 0 ? soft : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The queue phase holds every shopper's live channel open at once, a socket each in workerd and
+ * in the load generator: more shoppers than the open-file limit allows made workerd abort on
+ * `accept: Too many open files` mid-phase. Refused up front instead, with what to change.
+ */
+export function checkOpenFiles(o: { queueShoppers: number; connections: number }, limit: number | undefined): void {
+  const need = o.queueShoppers + o.connections + FILES_BESIDE_SOCKETS;
+  if (limit === undefined || need <= limit) {
+    return;
+  }
+  const most = Math.max(0, limit - o.connections - FILES_BESIDE_SOCKETS);
+  throw new UsageError(
+    `--queue-shoppers ${o.queueShoppers} holds that many live connections open at once, each a socket in workerd and in ` +
+      `the load generator: about ${need} open files, and this shell allows ${limit} (ulimit -n). ` +
+      `Raise the limit (ulimit -n ${Math.ceil(need / 1024) * 1024}) or use --queue-shoppers ${most} or fewer.`,
+  );
 }
 
 function benchSettings(values: Values) {

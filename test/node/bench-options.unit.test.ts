@@ -1,0 +1,46 @@
+// The bench's command line (scripts/lib/bench/options.ts): what it refuses before starting
+// anything, with a message that says what to change.
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { checkOpenFiles, openFileLimit, parseBenchOptions } from '../../scripts/lib/bench/options.ts';
+
+const LIMITS = `Limit                     Soft Limit           Hard Limit           Units
+Max cpu time              unlimited            unlimited            seconds
+Max open files            20000                65536                files
+Max locked memory         8388608              8388608              bytes
+`;
+
+describe('the open-file check of the queue phase', () => {
+  it('reads the soft limit, and nothing from an unlimited or unreadable one', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'bench-limits-'));
+    try {
+      await writeFile(join(dir, 'limits'), LIMITS);
+      expect(openFileLimit(join(dir, 'limits'))).toBe(20_000);
+      await writeFile(join(dir, 'unlimited'), LIMITS.replace('20000                65536', 'unlimited            unlimited'));
+      expect(openFileLimit(join(dir, 'unlimited'))).toBeUndefined();
+      expect(openFileLimit(join(dir, 'missing'))).toBeUndefined();
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses a line with more live channels than the limit holds, and says what would fit', () => {
+    // 20,000 shoppers beside 100 connections made workerd abort on accept() at a limit of 20,000.
+    expect(() => checkOpenFiles({ queueShoppers: 20_000, connections: 100 }, 20_000)).toThrow(
+      /about 21100 open files.*allows 20000.*ulimit -n 21504.*--queue-shoppers 18900 or fewer/,
+    );
+    expect(() => checkOpenFiles({ queueShoppers: 18_900, connections: 100 }, 20_000)).not.toThrow();
+    expect(() => checkOpenFiles({ queueShoppers: 100_000, connections: 100 }, undefined)).not.toThrow();
+  });
+
+  it('takes the default phase on this machine', () => {
+    expect(parseBenchOptions([]).help).toBeUndefined();
+  });
+
+  const limit = openFileLimit();
+  it.skipIf(limit === undefined || limit >= 101_100)("refuses the largest line before starting anything, under this shell's limit", () => {
+    expect(() => parseBenchOptions(['--queue-shoppers', '100000'])).toThrow(/ulimit -n/);
+  });
+});
