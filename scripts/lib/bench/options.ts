@@ -31,9 +31,10 @@ a redis-server and PostgreSQL answer), the targets, and the invariants afterward
   --json                   print the result JSON instead of the table
   --object-delay-ms N      delay before every object call in the delay phase (default 50; 0: no phase)
   --shards N               stock shards of the sharded phase's goods (default 8; 0: no phase)
-  --queue-shoppers N       shoppers in the waiting-room phase (default 2000; 0: no phase); each holds a
+  --queue-shoppers N       shoppers in the waiting-room phase (default 4000; 0: no phase); each holds a
                            live connection, so the open-file limit (ulimit -n) must exceed N + 1,100
-  --admit-per-second N     the waiting room's admissions per second (default 500)
+  --admit-per-second N     the waiting room's admissions per second (default 200: below the
+                           joins' pace here, so the line holds and the room's own rate shows)
   --no-classic             skip the classic stack (default: run it when a redis-server, at
                            --redis-url, $REDIS_URL or redis://127.0.0.1:6379, and PostgreSQL,
                            at --database-url or postgres://postgres@127.0.0.1:5432/postgres, answer)
@@ -138,8 +139,8 @@ function benchSettings(values: Values) {
     profile: values.profile ?? false,
     objectDelayMs: intOption(values['object-delay-ms'], 'object-delay-ms', 0, 10_000) ?? 50,
     shards: intOption(values.shards, 'shards', 0, 64) ?? 8,
-    queueShoppers: intOption(values['queue-shoppers'], 'queue-shoppers', 0, 100_000) ?? 2_000,
-    admitPerSecond: intOption(values['admit-per-second'], 'admit-per-second', 1, 100_000) ?? 500,
+    queueShoppers: intOption(values['queue-shoppers'], 'queue-shoppers', 0, 100_000) ?? 4_000,
+    admitPerSecond: intOption(values['admit-per-second'], 'admit-per-second', 1, 100_000) ?? 200,
     classic: !(values['no-classic'] ?? false),
   };
 }

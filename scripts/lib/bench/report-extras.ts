@@ -131,6 +131,11 @@ export function formatExtras(r: Extras): string[] {
         `${fmt(q.soldOut)} told sold out, ${fmt(q.timedOut)} unfinished in ${fmt(q.durationS, 1)} s`,
       `  ETA error (actual admission - promised): |p50| ${fmt(q.etaError.p50AbsS, 1)} s, |p90| ${fmt(q.etaError.p90AbsS, 1)} s, ` +
         `mean ${fmt(q.etaError.meanS, 2)} s, the last tenth of the line ${fmt(q.etaError.lastTenthMeanAbsS, 2)} s`,
+      // Results saved before the rate was measured have no such field.
+      q.admittedWhileQueued?.perSecond != null
+        ? `  admitted ${fmt(q.admittedWhileQueued.perSecond)}/s (${fmt(q.admittedWhileQueued.perSecond / q.admitPerSecond, 2)}x the rate) ` +
+            `over the ${fmt(q.admittedWhileQueued.seconds)} s the line held two seconds' worth`
+        : '  admission rate: the line never held two seconds of it (the joins set the pace)',
     );
   }
   return lines;

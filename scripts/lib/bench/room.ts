@@ -22,6 +22,8 @@ export type QueuePhase = {
   refused: Record<string, number>;
   /** Seconds: actual admission minus the ETA the join promised (positive: later than promised). */
   etaError: { p50AbsS: number | null; p90AbsS: number | null; meanS: number | null; lastTenthMeanAbsS: number | null };
+  /** Admissions a second while the line held at least two seconds' worth the room knew of (rateWhileQueued). */
+  admittedWhileQueued: { perSecond: number | null; seconds: number };
   durationS: number;
   timedOut: number;
 };
@@ -35,6 +37,52 @@ type Shopper = BenchUser & {
   done: boolean;
   socket?: WebSocket;
 };
+
+/** A shopper who joined this long ago is known to the room's coordinator (their shard's report, the next decision, and more). */
+const KNOWN_AFTER_MS = 3_000;
+
+/**
+ * How fast the room let shoppers in while it had a line to take from: over the span of whole
+ * seconds in which the shoppers it knew of and had not admitted (joined at least KNOWN_AFTER_MS
+ * earlier) were at least two seconds' worth of `rate`, admissions per second. Elsewhere the
+ * joins, not the room, set the pace. Rounds come about a second apart, so a span of n seconds
+ * reads within about one round of the truth. Null with no such second.
+ */
+export function rateWhileQueued(joinedAt: number[], admittedAt: number[], rate: number): { perSecond: number | null; seconds: number } {
+  const joins = [...joinedAt].sort((a, b) => a - b);
+  const admissions = [...admittedAt].sort((a, b) => a - b);
+  const below = (xs: number[], t: number) => {
+    let lo = 0;
+    let hi = xs.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if ((xs[mid] ?? 0) < t) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return lo;
+  };
+  const first = admissions[0];
+  const last = admissions[admissions.length - 1];
+  if (first === undefined || last === undefined) {
+    return { perSecond: null, seconds: 0 };
+  }
+  let from: number | undefined;
+  let to: number | undefined;
+  for (let t = first; t + 1_000 <= last; t += 1_000) {
+    if (below(joins, t - KNOWN_AFTER_MS) - below(admissions, t) >= 2 * rate) {
+      from ??= t;
+      to = t + 1_000;
+    }
+  }
+  if (from === undefined || to === undefined) {
+    return { perSecond: null, seconds: 0 };
+  }
+  const seconds = (to - from) / 1_000;
+  return { perSecond: round((below(admissions, to) - below(admissions, from)) / seconds), seconds };
+}
 
 /** Runs `work(item)` over `items`, `concurrency` at a time. */
 async function pool<T>(items: T[], concurrency: number, work: (item: T) => Promise<void>): Promise<void> {
@@ -215,6 +263,11 @@ export async function runQueuePhase(o: {
         meanS: mean(errors),
         lastTenthMeanAbsS: mean(lastTenth),
       },
+      admittedWhileQueued: rateWhileQueued(
+        shoppers.filter((s) => s.ticket).map((s) => s.joinedAt),
+        admittedList.map((s) => s.admittedAt ?? 0),
+        o.admitPerSecond,
+      ),
       durationS: round((ended - started) / 1000, 2),
       timedOut: shoppers.filter((s) => !s.done).length,
     },
