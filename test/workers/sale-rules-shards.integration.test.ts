@@ -230,7 +230,7 @@ describe(`sale rules on ${SHARDS} stock shards`, () => {
     expect(units).toEqual(asked);
     expect([...units.values()].reduce((a, b) => a + b, 0)).toBe(live);
     const report = await reconcileNow(goodsId);
-    expect(report.goods[0]).toMatchObject({
+    expect(report.goods[0], JSON.stringify(report.goods[0])).toMatchObject({
       goodsId,
       doRemaining: STOCK - live,
       dbStock: STOCK - live,
