@@ -33,6 +33,8 @@ describe('the open-file check of the queue phase', () => {
     );
     expect(() => checkOpenFiles({ queueShoppers: 18_900, connections: 100 }, 20_000)).not.toThrow();
     expect(() => checkOpenFiles({ queueShoppers: 100_000, connections: 100 }, undefined)).not.toThrow();
+    // No queue phase, no live connections: nothing to refuse, even under the common limit of 1,024.
+    expect(() => checkOpenFiles({ queueShoppers: 0, connections: 100 }, 1_024)).not.toThrow();
   });
 
   it('takes the default phase on this machine', () => {

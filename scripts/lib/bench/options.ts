@@ -108,7 +108,7 @@ export function openFileLimit(limits = '/proc/self/limits'): number | undefined 
  */
 export function checkOpenFiles(o: { queueShoppers: number; connections: number }, limit: number | undefined): void {
   const need = o.queueShoppers + o.connections + FILES_BESIDE_SOCKETS;
-  if (limit === undefined || need <= limit) {
+  if (o.queueShoppers === 0 || limit === undefined || need <= limit) {
     return;
   }
   const most = Math.max(0, limit - o.connections - FILES_BESIDE_SOCKETS);

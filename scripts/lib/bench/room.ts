@@ -42,11 +42,12 @@ type Shopper = BenchUser & {
 const KNOWN_AFTER_MS = 3_000;
 
 /**
- * How fast the room let shoppers in while it had a line to take from: over the span of whole
- * seconds in which the shoppers it knew of and had not admitted (joined at least KNOWN_AFTER_MS
- * earlier) were at least two seconds' worth of `rate`, admissions per second. Elsewhere the
- * joins, not the room, set the pace. Rounds come about a second apart, so a span of n seconds
- * reads within about one round of the truth. Null with no such second.
+ * How fast the room let shoppers in while it had a line to take from: admissions per second
+ * from the first to the last whole second (counted from the first admission) that began with at
+ * least two seconds' worth of `rate` known to the room and not yet admitted (shoppers who joined
+ * at least KNOWN_AFTER_MS earlier). Elsewhere the joins, not the room, set the pace. Rounds
+ * come about a second apart, so a span of n seconds reads within about one round of the truth.
+ * Null with no such second.
  */
 export function rateWhileQueued(joinedAt: number[], admittedAt: number[], rate: number): { perSecond: number | null; seconds: number } {
   const joins = [...joinedAt].sort((a, b) => a - b);
