@@ -121,7 +121,7 @@ describe('metrics shards', () => {
     // The storage refuses the alarm the shard sets for a flush into an empty sum. This isolate's
     // own metrics may have flushed here (its shard is drawn at random), so what they left pending
     // is written first, in the same turn: with a sum already pending no alarm would be set and
-    // the flush would be taken (a rehearsal caught that, once in about thirty runs).
+    // the flush would be taken (a rehearsal caught that).
     const first = await runInDurableObject(shard, async (instance: Metrics, state) => {
       await instance.alarm();
       const setAlarm = state.storage.setAlarm.bind(state.storage);
