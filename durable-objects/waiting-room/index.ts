@@ -95,7 +95,9 @@ export class WaitingRoom extends DurableObject<Env> {
   /**
    * The live channel's WebSocket upgrade, the one request this object takes over fetch (an RPC
    * cannot hand back a socket). The edge has authenticated the shopper and names them in
-   * `x-room-user`, the goods in `x-room-goods` and the shard in `x-room-shard`.
+   * `x-room-user`, the goods in `x-room-goods` and the shard in `x-room-shard`; a channel that
+   * joins the line as it opens says `x-room-join: 1` (or, on a goods without a line, carries the
+   * edge's join answer in `x-room-joined`).
    */
   async fetch(request: Request): Promise<Response> {
     const goods = RoomGoodsSchema.safeParse(safeJson(request.headers.get('x-room-goods')));
@@ -103,7 +105,7 @@ export class WaitingRoom extends DurableObject<Env> {
     if (request.headers.get('upgrade')?.toLowerCase() !== 'websocket' || !goods.success || !Number.isInteger(shard)) {
       return new Response('expected a WebSocket upgrade from the edge', { status: 400 });
     }
-    return this.shard(goods.data, shard).connect(request);
+    return this.shard(goods.data, shard).connect(request, goods.data, safeJson(request.headers.get('x-room-joined')));
   }
 
   async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {

@@ -12,6 +12,8 @@ export const POSITION_PUSH_MS = 2_000;
 export const LIVE_PROTOCOL = 'seckill-live';
 
 export type LiveEvent =
+  /** The first event of a channel that joined the line as it opened (`?join=1`): the join's answer. */
+  | ({ type: 'joined' } & Record<string, unknown>)
   | { type: 'position'; position: number; etaSeconds: number; remaining: number }
   | { type: 'admitted'; expiresAt: string; pass: string; round: number | null }
   /** `round`: the last admission round in effect when the room told the shopper (0: none yet). */

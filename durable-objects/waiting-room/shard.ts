@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { getConfig } from '../../workers/kernel/config';
 import { randomId } from '../../workers/kernel/crypto';
 import { log } from '../../workers/kernel/log';
+import { ticketAnswer } from '../../workers/kernel/room-seal';
 import { sleep } from '../../workers/kernel/sleep';
 import {
   type JoinOutcome,
@@ -21,6 +22,10 @@ import type { RoomStorage } from './storage';
 
 /** How often a shard whose waiting shoppers are all sold out looks whether units came back. */
 const SOLD_OUT_TICK_MS = 5_000;
+/** The close code of a live channel whose join the shard refused (the reason names why: NOT_STARTED, ENDED). */
+const JOIN_REFUSED_CLOSE = 4409;
+/** An alarm this late is run by the next joining upgrade instead (see connect). */
+const OVERDUE_ALARM_MS = 250;
 /** A shard forgets a sale's tickets this long after it ended. */
 const FORGET_AFTER_MS = 24 * 3600_000;
 
@@ -49,6 +54,7 @@ export class ShardRoom {
   /** The last report said nothing waits here: the next waiting shopper is reported before the join is answered. */
   private quietReported = false;
   private alarmAt: number | null = null;
+  private ticking = false;
 
   constructor(
     private readonly ctx: DurableObjectState,
@@ -167,17 +173,61 @@ export class ShardRoom {
     return delivered;
   }
 
-  /** The live channel: the edge has checked who this is; the state goes out at once (a reconnect resumes). */
-  async connect(request: Request): Promise<Response> {
+  /**
+   * The live channel: the edge has checked who this is; the state goes out at once (a reconnect
+   * resumes). A channel that joins as it opens (`x-room-join`, GET .../live?join=1) is upgraded
+   * first and joins the line right after, as POST .../queue would: its first event is the join's
+   * answer (`joined`), so an arrival costs this shard one request instead of two. While such
+   * upgrades keep coming the runtime has been seen not to deliver the shard's alarm, stored and
+   * overdue, until they stop (the bench's queue phase: rounds decided from the second second on
+   * reached the shoppers at the thirteenth), so an upgrade that finds the alarm overdue runs the
+   * tick itself (`overdue`; `tick` runs one at a time). The edge refuses a room not open yet or
+   * ended before the upgrade; a join the shard still refuses (settings changed meanwhile) closes
+   * the channel with code 4409 and the reason. On a goods without a line the edge's own answer
+   * (`edgeAnswer`, from `x-room-joined`) goes first.
+   */
+  async connect(request: Request, goods: RoomGoods, edgeAnswer: unknown): Promise<Response> {
     const userId = request.headers.get('x-room-user') ?? '';
     const pair = new WebSocketPair();
     const [client, server] = [pair[0], pair[1]];
     this.ctx.acceptWebSocket(server, [userTag(userId)]);
     server.serializeAttachment({ u: userId, k: '', p: -1, r: -1, s: 0 });
-    await this.tell(server, Date.now(), true);
+    if (request.headers.get('x-room-join') === '1') {
+      this.ctx.waitUntil(this.joinLive(server, goods, userId));
+      if (this.overdue(Date.now())) {
+        this.ctx.waitUntil(this.tick());
+      }
+    } else {
+      if (typeof edgeAnswer === 'object' && edgeAnswer !== null && !Array.isArray(edgeAnswer)) {
+        send(server, { ...(edgeAnswer as Record<string, unknown>), type: 'joined' });
+        this.counters.messages++;
+      }
+      await this.tell(server, Date.now(), true);
+    }
     const offered = (request.headers.get('sec-websocket-protocol') ?? '').split(',').map((p) => p.trim());
     const headers: Record<string, string> = offered.includes(LIVE_PROTOCOL) ? { 'sec-websocket-protocol': LIVE_PROTOCOL } : {};
     return new Response(null, { status: 101, webSocket: client, headers });
+  }
+
+  /** Joins a channel's shopper (see connect): the join's answer, then the state. */
+  private async joinLive(ws: WebSocket, goods: RoomGoods, userId: string): Promise<void> {
+    try {
+      const outcome = await this.join(goods, userId);
+      if (!outcome.ok) {
+        ws.close(JOIN_REFUSED_CLOSE, outcome.reason);
+        return;
+      }
+      send(ws, { ...(await ticketAnswer(getConfig(this.env).tokenSecret, goods, outcome.view)), type: 'joined' });
+      this.counters.messages++;
+      await this.tell(ws, Date.now(), true);
+    } catch (error) {
+      log.warn('room.live_join_failed', { goodsId: goods.goodsId, shard: this.counters.shard, error });
+      try {
+        ws.close(1011, 'the join failed: join with POST .../queue');
+      } catch {
+        // already closed
+      }
+    }
   }
 
   /** A client asking for its state again (`{"type":"state"}`); anything else is ignored. */
@@ -219,6 +269,23 @@ export class ShardRoom {
   // The tick: hear the coordinator, draw the pre-queue, admit the rounds that are due, tell the connections.
 
   async tick(): Promise<void> {
+    if (this.ticking) {
+      return;
+    }
+    this.ticking = true;
+    try {
+      await this.tickOnce();
+    } finally {
+      this.ticking = false;
+    }
+  }
+
+  /** Whether the alarm is overdue by more than OVERDUE_ALARM_MS and no tick is running (see connect). */
+  private overdue(now: number): boolean {
+    return this.alarmAt !== null && now - this.alarmAt > OVERDUE_ALARM_MS && !this.ticking;
+  }
+
+  private async tickOnce(): Promise<void> {
     this.alarmAt = null;
     const goods = this.s.goods;
     if (!goods) {

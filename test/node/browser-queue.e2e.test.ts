@@ -17,11 +17,18 @@ if (!HAVE_CHROMIUM) {
 /** Admission can take a few of the room's one-second ticks. */
 const ADMIT = { timeout: 30_000, interval: 100 };
 
-/** The requests a page makes that a client without the live channel would poll with. */
-function countPolls(page: Page): { ticket: string[]; result: string[] } {
-  const seen = { ticket: [] as string[], result: [] as string[] };
+/**
+ * The requests a page makes that a client without the live channel would poll with, its joins
+ * through the join route, and the live channels it opened.
+ */
+function countPolls(page: Page): { ticket: string[]; result: string[]; joins: string[]; sockets: string[] } {
+  const seen = { ticket: [] as string[], result: [] as string[], joins: [] as string[], sockets: [] as string[] };
+  page.on('websocket', (ws) => seen.sockets.push(ws.url()));
   page.on('request', (req) => {
     const url = new URL(req.url());
+    if (req.method() === 'POST' && /^\/api\/seckill\/goods\/\d+\/queue$/.test(url.pathname)) {
+      seen.joins.push(url.pathname);
+    }
     if (req.method() === 'GET' && /^\/api\/seckill\/goods\/\d+\/queue\/./.test(url.pathname)) {
       seen.ticket.push(url.pathname);
     }
@@ -85,6 +92,9 @@ describe.skipIf(!HAVE_CHROMIUM)('the waiting room in Chromium', () => {
     }
     for (const s of shoppers) {
       await expect.poll(() => text(s.page, '#line-conn'), WAIT).toBe('Live');
+      // Joined as the live channel opened: one connection, no request to the join route.
+      expect(s.polls.joins).toEqual([]);
+      expect(s.polls.sockets.filter((u) => u.includes('/live?join=1'))).toHaveLength(1);
       await expect.poll(() => text(s.page, '#line-position'), WAIT).toMatch(/^Your place: \d+$/);
       expect(await text(s.page, '#line-eta')).toMatch(/^About \d+ s to go$/);
       expect(await text(s.page, '#buy-label')).toBe('Waiting in line');
@@ -110,7 +120,7 @@ describe.skipIf(!HAVE_CHROMIUM)('the waiting room in Chromium', () => {
     for (const s of shoppers) {
       await s.page.locator('#order').waitFor({ state: 'visible', timeout: 30_000 });
       expect(await text(s.page, '#status')).toBe('Success! Your order is placed.');
-      expect(s.polls, s.userId).toEqual({ ticket: [], result: [] });
+      expect({ ticket: s.polls.ticket, result: s.polls.result }, s.userId).toEqual({ ticket: [], result: [] });
     }
     const after = await statsWhen(stack, sale.goodsId, (s) => expect(s.orders.PENDING_PAYMENT).toBe(2));
     expect(after.doRemaining).toBe(18);

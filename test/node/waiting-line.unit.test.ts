@@ -5,6 +5,9 @@ import type { Result } from '../../web/src/shared/contract';
 import { pickable } from '../../web/src/shopper/rules-view';
 import {
   FALLBACK_POLL_MS,
+  JOIN_LIVE_TIMEOUT_MS,
+  joinThroughLive,
+  joinUrl,
   LIVE_PROTOCOL,
   type LineView,
   liveUrl,
@@ -230,6 +233,102 @@ describe('waiting line', () => {
     expect(t.sockets).toHaveLength(1);
     expect(t.calls).toEqual([]);
     expect(t.clock.pending).toBe(0);
+  });
+
+  it('joins as the channel opens, then follows the same connection; after a drop it reconnects with the ticket', async () => {
+    const clock = new Clock();
+    const sockets: FakeSocket[] = [];
+    const openSocket = (url: string, protocols: string[]) => {
+      const socket = new FakeSocket(url, protocols);
+      sockets.push(socket);
+      return socket;
+    };
+    const joining = joinThroughLive(
+      { openSocket, setTimer: clock.set, clearTimer: clock.clear },
+      joinUrl('https://shop.example', 9),
+      'j.w.t',
+    );
+    const socket = sockets[0];
+    expect(socket?.url).toBe('wss://shop.example/api/seckill/goods/9/live?join=1');
+    expect(socket?.protocols).toEqual([LIVE_PROTOCOL, 'jwt.j.w.t']);
+    socket?.open();
+    socket?.push({ type: 'joined', ...WAITING, ticketId: 'id-1', queue: 'always' });
+    const joined = await joining;
+    expect(joined?.answer).toMatchObject({ ticket: 'tk-1', state: 'WAITING', position: 7 });
+    expect(socket?.closed).toBe(false);
+    expect(clock.pending).toBe(0);
+
+    // The line takes the open connection over: no second connection, the events on it count.
+    const views: LineView[] = [];
+    const line = new WaitingLine(
+      {
+        openSocket,
+        fetchTicket: async () => undefined,
+        fetchResult: async () => undefined,
+        setTimer: clock.set,
+        clearTimer: clock.clear,
+        random: () => 1,
+      },
+      (ticket) => liveUrl('https://shop.example', 9, ticket),
+      joined?.answer.ticket ?? '',
+      joined?.answer ?? WAITING,
+      (v) => views.push(v),
+    );
+    line.start(joined?.socket);
+    expect(sockets).toHaveLength(1);
+    expect(line.state).toMatchObject({ state: 'WAITING', position: 7, connected: true });
+    socket?.push({ type: 'position', position: 2, etaSeconds: 3, remaining: 9 });
+    expect(line.state).toMatchObject({ position: 2, remaining: 9 });
+    socket?.drop();
+    await clock.advance(1_000);
+    expect(sockets[1]?.url).toBe('wss://shop.example/api/seckill/goods/9/live?ticket=tk-1');
+    line.stop();
+  });
+
+  it('gives up a joining channel that closes, fails, says something else or nothing, so the page joins with POST', async () => {
+    const clock = new Clock();
+    const sockets: FakeSocket[] = [];
+    const deps = {
+      openSocket: (url: string, protocols: string[]) => {
+        const socket = new FakeSocket(url, protocols);
+        sockets.push(socket);
+        return socket;
+      },
+      setTimer: clock.set,
+      clearTimer: clock.clear,
+    };
+    const url = joinUrl('http://127.0.0.1:8787', 3);
+    expect(url).toBe('ws://127.0.0.1:8787/api/seckill/goods/3/live?join=1');
+    // Refused before the upgrade: the browser only sees the close.
+    const refused = joinThroughLive(deps, url, 'jwt');
+    sockets[0]?.drop();
+    await expect(refused).resolves.toBeUndefined();
+    // A first event that is not the join's answer (a server of an earlier build ignores join=1).
+    const older = joinThroughLive(deps, url, 'jwt');
+    sockets[1]?.push({ type: 'position', position: 1, etaSeconds: 1, remaining: 1 });
+    await expect(older).resolves.toBeUndefined();
+    expect(sockets[1]?.closed).toBe(true);
+    const garbled = joinThroughLive(deps, url, 'jwt');
+    sockets[2]?.push({ type: 'joined', state: 'SOMEWHERE' });
+    await expect(garbled).resolves.toBeUndefined();
+    // Silence: given up after JOIN_LIVE_TIMEOUT_MS.
+    const silent = joinThroughLive(deps, url, 'jwt');
+    await clock.advance(JOIN_LIVE_TIMEOUT_MS);
+    await expect(silent).resolves.toBeUndefined();
+    expect(sockets[3]?.closed).toBe(true);
+    // A browser that cannot open the socket at all.
+    const none = joinThroughLive(
+      {
+        ...deps,
+        openSocket: () => {
+          throw new Error('blocked');
+        },
+      },
+      url,
+      'jwt',
+    );
+    await expect(none).resolves.toBeUndefined();
+    expect(clock.pending).toBe(0);
   });
 
   it('backs off 1 s, 2 s, 4 s... up to the cap, with jitter below it', () => {

@@ -76,13 +76,15 @@ export type Live = {
   close(): void;
 };
 
-export async function openLive(goodsId: number, auth: { ticket: string } | { jwt: string }): Promise<Live> {
+/** Opens the live channel with a ticket, or with the JWT (`join`: joining the line as it opens, `?join=1`). */
+export async function openLive(goodsId: number, auth: { ticket: string } | { jwt: string; join?: boolean }): Promise<Live> {
   const headers: Record<string, string> = { upgrade: 'websocket' };
   let path = `/api/seckill/goods/${goodsId}/live`;
   if ('ticket' in auth) {
     path += `?ticket=${encodeURIComponent(auth.ticket)}`;
   } else {
     headers['sec-websocket-protocol'] = `seckill-live, jwt.${auth.jwt}`;
+    path += auth.join ? '?join=1' : '';
   }
   const res = await call(path, { headers });
   expect(res.status).toBe(101);

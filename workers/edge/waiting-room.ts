@@ -3,7 +3,7 @@ import { roomHub, roomShard, roomShardOf } from '../../durable-objects/routing';
 import type { Config } from '../kernel/config';
 import { AppError } from '../kernel/errors';
 import { log } from '../kernel/log';
-import { openTicket, sealTicket, verifyPass } from '../kernel/room-seal';
+import { openTicket, ticketAnswer, verifyPass } from '../kernel/room-seal';
 import {
   DEFAULT_ADMIT_PER_SECOND,
   DEFAULT_PASS_SECONDS,
@@ -106,43 +106,43 @@ export async function requirePass(config: Config, pass: string | undefined, user
 }
 
 /** The HTTP answer for a ticket: the view, the signed ticket, times as ISO strings. */
-async function answer(config: Config, row: GoodsRow, view: TicketView) {
-  const { userId: _user, expiresAt, admittedAt, ...rest } = view;
-  const goods = roomGoodsOf(row);
-  return {
-    ticket: await sealTicket(config.tokenSecret, { goodsId: row.id, userId: view.userId, ticketId: view.ticketId }),
-    ...rest,
-    ...(admittedAt !== undefined ? { admittedAt: new Date(admittedAt).toISOString() } : {}),
-    ...(expiresAt !== undefined ? { expiresAt: new Date(expiresAt).toISOString() } : {}),
-    ...(view.preQueue && view.orderKey === null ? { drawAt: new Date(goods.startAt).toISOString() } : {}),
-    queue: goods.mode,
+function answer(config: Config, row: GoodsRow, view: TicketView) {
+  return ticketAnswer(config.tokenSecret, roomGoodsOf(row), view);
+}
+
+/** A goods without a line admits a shopper as they are; the ticket still opens the live channel for results. */
+async function noLineAnswer(config: Config, row: GoodsRow, userId: string, remaining: () => Promise<number>) {
+  const view: TicketView = {
+    ticketId: '',
+    userId,
+    state: 'ADMITTED',
+    position: 0,
+    etaSeconds: 0,
+    remaining: await remaining(),
+    orderKey: null,
+    preQueue: false,
+    round: null,
   };
+  return answer(config, row, view);
+}
+
+/** A join the shard refused, as the join routes answer it. */
+function refusedJoin(reason: string, goods: RoomGoods): AppError {
+  return reason === 'ENDED'
+    ? new AppError('ENDED')
+    : new AppError('NOT_STARTED', `the waiting room opens at ${new Date(opensAt(goods)).toISOString()}`);
 }
 
 /** POST .../queue: the shopper's ticket (the same one every time), from their shard. */
 export async function joinRoom(env: Env, config: Config, row: GoodsRow, userId: string, remaining: () => Promise<number>) {
   const goods = roomGoodsOf(row);
   if (goods.mode === 'off') {
-    // No line: admitted as they are. The ticket still opens the live channel for results.
-    const view: TicketView = {
-      ticketId: '',
-      userId,
-      state: 'ADMITTED',
-      position: 0,
-      etaSeconds: 0,
-      remaining: await remaining(),
-      orderKey: null,
-      preQueue: false,
-      round: null,
-    };
-    return answer(config, row, view);
+    return noLineAnswer(config, row, userId, remaining);
   }
   const shard = roomShardOf(userId);
   const outcome = await roomShard(env, row, shard).join(goods, shard, userId);
   if (!outcome.ok) {
-    throw outcome.reason === 'ENDED'
-      ? new AppError('ENDED')
-      : new AppError('NOT_STARTED', `the waiting room opens at ${new Date(opensAt(goods)).toISOString()}`);
+    throw refusedJoin(outcome.reason, goods);
   }
   return answer(config, row, outcome.view);
 }
@@ -175,19 +175,49 @@ export async function ticketOwner(config: Config, row: GoodsRow, blob: string): 
 }
 
 /** Hands the live channel's upgrade to the shopper's shard. */
-export function connectLive(env: Env, row: GoodsRow, userId: string, request: Request): Promise<Response> {
+export function connectLive(env: Env, row: GoodsRow, userId: string, request: Request, join?: Record<string, string>): Promise<Response> {
   const shard = roomShardOf(userId);
   const headers = new Headers({
     upgrade: 'websocket',
     'x-room-user': userId,
     'x-room-shard': String(shard),
     'x-room-goods': JSON.stringify(roomGoodsOf(row)),
+    ...join,
   });
   const protocols = request.headers.get('sec-websocket-protocol');
   if (protocols) {
     headers.set('sec-websocket-protocol', protocols);
   }
   return roomShard(env, row, shard).fetch(new Request(request.url, { headers }));
+}
+
+/**
+ * GET .../live?join=1: joins the line and opens the live channel in one request to the
+ * shopper's shard (a join and then a connection are two): the channel's first event is the
+ * join's answer, `{type: "joined", ticket, state, position, ...}` as POST .../queue answers.
+ * A room not open yet or ended is refused here, before the upgrade, as the join route refuses.
+ */
+export async function joinLive(
+  env: Env,
+  config: Config,
+  row: GoodsRow,
+  userId: string,
+  request: Request,
+  remaining: () => Promise<number>,
+) {
+  const goods = roomGoodsOf(row);
+  if (goods.mode === 'off') {
+    const answer = await noLineAnswer(config, row, userId, remaining);
+    return connectLive(env, row, userId, request, { 'x-room-joined': JSON.stringify(answer) });
+  }
+  const now = Date.now();
+  if (now >= goods.endAt) {
+    throw refusedJoin('ENDED', goods);
+  }
+  if (now < opensAt(goods)) {
+    throw refusedJoin('NOT_STARTED', goods);
+  }
+  return connectLive(env, row, userId, request, { 'x-room-join': '1' });
 }
 
 type Fairness = { seedHash: string; seed?: string; rule?: string };

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { openBlob, sealBlob } from './sealed';
+import type { RoomGoods, TicketView } from './waiting-room';
 
 // The waiting room's two signed blobs, `base64url(json).base64url(hmac)` under the token secret,
 // domain-separated from the purchase tokens and challenges (workers/edge/signed.ts):
@@ -16,6 +17,23 @@ export type RoomTicket = { goodsId: number; userId: string; ticketId: string };
 /** The shopper's signed ticket. `ticketId` is empty when the goods has no queue (the live channel still hears results). */
 export function sealTicket(secret: string, t: RoomTicket): Promise<string> {
   return seal(secret, 'room-ticket', { g: t.goodsId, u: t.userId, i: t.ticketId });
+}
+
+/**
+ * A join's answer (POST .../queue, and the `joined` event of a live channel that joined): the
+ * ticket's view with its signed ticket, its instants as ISO strings, and the draw's time while a
+ * pre-queue shopper's place is not known yet.
+ */
+export async function ticketAnswer(secret: string, goods: RoomGoods, view: TicketView) {
+  const { userId: _user, expiresAt, admittedAt, ...rest } = view;
+  return {
+    ticket: await sealTicket(secret, { goodsId: goods.goodsId, userId: view.userId, ticketId: view.ticketId }),
+    ...rest,
+    ...(admittedAt !== undefined ? { admittedAt: new Date(admittedAt).toISOString() } : {}),
+    ...(expiresAt !== undefined ? { expiresAt: new Date(expiresAt).toISOString() } : {}),
+    ...(view.preQueue && view.orderKey === null ? { drawAt: new Date(goods.startAt).toISOString() } : {}),
+    queue: goods.mode,
+  };
 }
 
 export async function openTicket(secret: string, blob: string): Promise<RoomTicket | undefined> {

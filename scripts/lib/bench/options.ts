@@ -35,6 +35,8 @@ a redis-server and PostgreSQL answer), the targets, and the invariants afterward
                            live connection, so the open-file limit (ulimit -n) must exceed N + 1,100
   --admit-per-second N     the waiting room's admissions per second (default 200: below the
                            joins' pace here, so the line holds and the room's own rate shows)
+  --join-with-post         queue shoppers join with POST .../queue and then open the live channel with
+                           their ticket (two requests to their shard) instead of GET .../live?join=1
   --no-classic             skip the classic stack (default: run it when a redis-server, at
                            --redis-url, $REDIS_URL or redis://127.0.0.1:6379, and PostgreSQL,
                            at --database-url or postgres://postgres@127.0.0.1:5432/postgres, answer)
@@ -70,6 +72,7 @@ const OPTIONS = {
   'object-delay-ms': { type: 'string' },
   shards: { type: 'string' },
   'queue-shoppers': { type: 'string' },
+  'join-with-post': { type: 'boolean' },
   'admit-per-second': { type: 'string' },
   'no-classic': { type: 'boolean' },
   help: { type: 'boolean' },
@@ -141,6 +144,7 @@ function benchSettings(values: Values) {
     shards: intOption(values.shards, 'shards', 0, 64) ?? 8,
     queueShoppers: intOption(values['queue-shoppers'], 'queue-shoppers', 0, 100_000) ?? 4_000,
     admitPerSecond: intOption(values['admit-per-second'], 'admit-per-second', 1, 100_000) ?? 200,
+    joinWithPost: values['join-with-post'] ?? false,
     classic: !(values['no-classic'] ?? false),
   };
 }

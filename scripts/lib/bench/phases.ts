@@ -250,7 +250,8 @@ export async function shardPhase(
 export async function queuePhase(c: BenchContext): Promise<{ result: QueuePhase; goods: CheckedGoods[] }> {
   const n = c.o.queueShoppers;
   const admitPerSecond = c.o.admitPerSecond;
-  c.say(`Queue: ${n} shoppers join an always-on line (${admitPerSecond}/s), hold the live channel, buy...`);
+  const how = c.o.joinWithPost ? 'join with POST .../queue, then hold the live channel' : 'join as their live channel opens, hold it';
+  c.say(`Queue: ${n} shoppers ${how} (an always-on line, ${admitPerSecond}/s), buy...`);
   const goods = await saleGoods(c, 'waiting room', n, { queue: { mode: 'always', admitPerSecond } });
   const users = await c.minter.users('line', n);
   const { phase, accepted } = await runQueuePhase({
@@ -262,6 +263,7 @@ export async function queuePhase(c: BenchContext): Promise<{ result: QueuePhase;
     connections: c.o.connections,
     timeoutMs: Math.ceil((n / admitPerSecond) * 3_000) + 60_000,
     headers: c.clientHeaders,
+    joinWithPost: c.o.joinWithPost,
   });
   return { result: phase, goods: [{ name: 'waiting room', goodsId: goods.goodsId, accepted }] };
 }

@@ -13,6 +13,8 @@ export type QueuePhase = {
   shoppers: number;
   admitPerSecond: number;
   joined: number;
+  /** How shoppers joined: `live` as the channel opened (one request to the shard), `post` with the join route and then the channel. */
+  joinedWith: 'live' | 'post';
   joinedPerSec: number;
   liveMessages: number;
   liveMessagesPerSec: number;
@@ -108,6 +110,8 @@ export async function runQueuePhase(o: {
   timeoutMs: number;
   /** Headers the live connections carry (the HTTP client has its own). */
   headers?: Record<string, string>;
+  /** Join with POST .../queue, then open the channel with the ticket (two requests to the shard), instead of `?join=1`. */
+  joinWithPost?: boolean;
 }): Promise<{ phase: QueuePhase; accepted: Set<string> }> {
   const shoppers: Shopper[] = o.users.map((u) => ({ ...u, joinedAt: 0, etaS: 0, done: false }));
   const accepted = new Set<string>();
@@ -132,26 +136,60 @@ export async function runQueuePhase(o: {
   };
 
   const wsBase = o.url.replace(/^http/, 'ws');
-  /** Opens the shopper's live channel, as the shopper page does right after joining; resolves once open (or failed). */
-  const listen = (s: Shopper) =>
+  type Answer = { ticket?: string; state?: string; etaSeconds?: number; pass?: string };
+  /** A join's answer (the join route's body, or the `joined` event): the ticket, the ETA, and an admission or sold-out at once. */
+  const took = (s: Shopper, body: Answer) => {
+    s.ticket = body.ticket;
+    s.etaS = body.etaSeconds ?? 0;
+    if (body.state === 'ADMITTED') {
+      admit(s, body.pass);
+    } else if (body.state === 'SOLD_OUT') {
+      refuse(s, 'sold out in line');
+    }
+  };
+  /**
+   * Opens the shopper's live channel: with their ticket right after joining with POST (`join`:
+   * false), or joining as it opens (`?join=1` with the JWT, one request to the shard, as the
+   * shopper page does). Resolves once the channel is open and, when joining, the join's answer is in.
+   */
+  const listen = (s: Shopper, join: boolean) =>
     new Promise<void>((resolve) => {
-      const socket = new WebSocket(`${wsBase}/api/seckill/goods/${o.goodsId}/live?ticket=${encodeURIComponent(s.ticket ?? '')}`, {
-        headers: o.headers ?? {},
-      });
+      const path = `${wsBase}/api/seckill/goods/${o.goodsId}/live`;
+      const socket = join
+        ? new WebSocket(`${path}?join=1`, ['seckill-live', `jwt.${s.jwt}`], { headers: o.headers ?? {} })
+        : new WebSocket(`${path}?ticket=${encodeURIComponent(s.ticket ?? '')}`, { headers: o.headers ?? {} });
       s.socket = socket;
-      socket.on('open', () => resolve());
-      socket.on('error', () => resolve());
+      const failed = (why: string) => {
+        if (join && s.ticket === undefined && !s.done) {
+          refuse(s, why);
+        }
+        resolve();
+      };
+      socket.on('open', () => {
+        if (!join) {
+          resolve();
+        }
+      });
+      socket.on('unexpected-response', (_request, response) => {
+        failed(`join ${response.statusCode ?? 'failed'}`);
+        socket.terminate();
+      });
+      socket.on('error', () => failed('join failed'));
+      socket.on('close', () => failed('join closed'));
       socket.on('message', (data) => {
         liveMessages++;
         lastLiveAt = Date.now();
         firstLiveAt ||= lastLiveAt;
-        let event: { type?: string; pass?: unknown } = {};
+        let event: Answer & { type?: string } = {};
         try {
           event = JSON.parse(String(data)) as typeof event;
         } catch {
           return;
         }
-        if (event.type === 'admitted') {
+        if (event.type === 'joined') {
+          took(s, event);
+          resolve();
+        } else if (event.type === 'admitted') {
           admit(s, event.pass);
         } else if (event.type === 'sold_out' && s.admittedAt === undefined && !s.done) {
           refuse(s, 'sold out in line');
@@ -166,21 +204,21 @@ export async function runQueuePhase(o: {
   let joinedAll = started;
   await pool(shoppers, o.connections, async (s) => {
     s.joinedAt = Date.now();
+    if (!o.joinWithPost) {
+      await listen(s, true);
+      joinedAll = Math.max(joinedAll, Date.now());
+      return;
+    }
     const joined = await o.http.post(`/api/seckill/goods/${o.goodsId}/queue`, { headers: { authorization: `Bearer ${s.jwt}` } });
     joinedAll = Math.max(joinedAll, Date.now());
-    const body = joined.json as { ticket?: string; state?: string; etaSeconds?: number; pass?: string } | undefined;
+    const body = joined.json as Answer | undefined;
     if (joined.status !== 200 || !body?.ticket) {
       refuse(s, `join ${joined.status}`);
       return;
     }
-    s.ticket = body.ticket;
-    s.etaS = body.etaSeconds ?? 0;
-    if (body.state === 'ADMITTED') {
-      admit(s, body.pass);
-    } else if (body.state === 'SOLD_OUT') {
-      refuse(s, 'sold out in line');
-    } else {
-      await listen(s);
+    took(s, body);
+    if (!s.done && s.admittedAt === undefined) {
+      await listen(s, false);
     }
   });
 
@@ -251,6 +289,7 @@ export async function runQueuePhase(o: {
       shoppers: shoppers.length,
       admitPerSecond: o.admitPerSecond,
       joined: joinedCount,
+      joinedWith: o.joinWithPost ? 'post' : 'live',
       joinedPerSec: round(joinedCount / Math.max((joinedAll - started) / 1000, 0.001)),
       liveMessages,
       liveMessagesPerSec: round(liveMessages / liveSpan),

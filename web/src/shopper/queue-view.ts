@@ -6,7 +6,16 @@ import type { SaleState } from '../shared/sale';
 import type { ShopperContext } from './context';
 import type { GoodsView } from './goods-view';
 import type { ShopperKey } from './messages';
-import { type LineView, liveUrl, type SocketLike, TicketAnswer, WaitingLine } from './waiting-line';
+import {
+  joinThroughLive,
+  joinUrl,
+  type LineDeps,
+  type LineView,
+  liveUrl,
+  type SocketLike,
+  TicketAnswer,
+  WaitingLine,
+} from './waiting-line';
 
 /** A failed join is tried again after this long (the room may not be open yet, or be busy). */
 const JOIN_RETRY_MS = 5_000;
@@ -106,7 +115,35 @@ export class QueueView {
     }
     this.joining = true;
     try {
-      const res = await callJson(`/api/seckill/goods/${this.view.goodsId}/queue`, TicketAnswer, { method: 'POST', auth: session.token });
+      const goodsId = this.view.goodsId;
+      const deps: LineDeps = {
+        openSocket: (url, protocols) => new WebSocket(url, protocols) as SocketLike,
+        fetchTicket: async (ticket) => {
+          const r = await callJson(`/api/seckill/goods/${goodsId}/queue/${encodeURIComponent(ticket)}`, TicketAnswer);
+          return r.ok ? r.data : undefined;
+        },
+        fetchResult: async (requestId) => {
+          const r = await callJson(`/api/seckill/result/${encodeURIComponent(requestId)}`, Result, { auth: session.token });
+          return r.ok ? r.data : undefined;
+        },
+        setTimer: (fn, ms) => setTimeout(fn, ms),
+        clearTimer: (timer) => clearTimeout(timer as ReturnType<typeof setTimeout>),
+        random: Math.random,
+      };
+      const urlFor = (ticket: string) => liveUrl(location.origin, goodsId, ticket);
+      // First in line: join as the live channel opens (one request to the room); a refusal, or a
+      // browser that cannot, joins with the join route below, which also says why.
+      const joined = this.line ? undefined : await joinThroughLive(deps, joinUrl(location.origin, goodsId), session.token);
+      if (this.ctx.session()?.userId !== session.userId) {
+        joined?.socket.close();
+        return;
+      }
+      if (joined) {
+        this.line = new WaitingLine(deps, urlFor, joined.answer.ticket, joined.answer, (line) => this.changed(line));
+        this.line.start(joined.socket);
+        return;
+      }
+      const res = await callJson(`/api/seckill/goods/${goodsId}/queue`, TicketAnswer, { method: 'POST', auth: session.token });
       if (this.ctx.session()?.userId !== session.userId) {
         return;
       }
@@ -123,27 +160,7 @@ export class QueueView {
         this.line.rejoined(res.data);
         return;
       }
-      const goodsId = this.view.goodsId;
-      this.line = new WaitingLine(
-        {
-          openSocket: (url, protocols) => new WebSocket(url, protocols) as SocketLike,
-          fetchTicket: async (ticket) => {
-            const r = await callJson(`/api/seckill/goods/${goodsId}/queue/${encodeURIComponent(ticket)}`, TicketAnswer);
-            return r.ok ? r.data : undefined;
-          },
-          fetchResult: async (requestId) => {
-            const r = await callJson(`/api/seckill/result/${encodeURIComponent(requestId)}`, Result, { auth: session.token });
-            return r.ok ? r.data : undefined;
-          },
-          setTimer: (fn, ms) => setTimeout(fn, ms),
-          clearTimer: (timer) => clearTimeout(timer as ReturnType<typeof setTimeout>),
-          random: Math.random,
-        },
-        (ticket) => liveUrl(location.origin, goodsId, ticket),
-        res.data.ticket,
-        res.data,
-        (line) => this.changed(line),
-      );
+      this.line = new WaitingLine(deps, urlFor, res.data.ticket, res.data, (line) => this.changed(line));
       this.line.start();
     } finally {
       this.joining = false;
