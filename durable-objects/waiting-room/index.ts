@@ -44,6 +44,7 @@ export class WaitingRoom extends DurableObject<Env> {
     this.shardRole ??= new ShardRoom(this.ctx, this.env, this.store);
     if (goods && index !== undefined) {
       this.shardRole.see(goods, index);
+      this.shardRole.catchUp(Date.now());
     }
     return this.shardRole;
   }

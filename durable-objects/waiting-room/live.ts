@@ -1,5 +1,7 @@
 import { z } from 'zod';
-import type { RoomResult, TicketView } from '../../workers/kernel/waiting-room';
+import type { RoomResult, ShopperResult, TicketView } from '../../workers/kernel/waiting-room';
+import type { Standing } from './standing';
+import type { RoomStorage } from './storage';
 
 // The live channel's messages and what each connection remembers across hibernation (its
 // attachment): whose it is, and what it was last told, so position updates go out only on a
@@ -35,6 +37,17 @@ export type Attachment = z.infer<typeof Attachment>;
 
 export function userTag(userId: string): string {
   return `u:${userId}`;
+}
+
+/** A new live connection of `userId`, accepted for hibernation: the socket to send on, and the 101 to answer the upgrade with. */
+export function acceptLive(ctx: DurableObjectState, request: Request, userId: string): { server: WebSocket; answer: Response } {
+  const pair = new WebSocketPair();
+  const [client, server] = [pair[0], pair[1]];
+  ctx.acceptWebSocket(server, [userTag(userId)]);
+  server.serializeAttachment({ u: userId, k: '', p: -1, r: -1, s: 0 });
+  const offered = (request.headers.get('sec-websocket-protocol') ?? '').split(',').map((p) => p.trim());
+  const headers: Record<string, string> = offered.includes(LIVE_PROTOCOL) ? { 'sec-websocket-protocol': LIVE_PROTOCOL } : {};
+  return { server, answer: new Response(null, { status: 101, webSocket: client, headers }) };
 }
 
 export function attachmentOf(ws: WebSocket): Attachment | undefined {
@@ -93,4 +106,26 @@ export function sent(att: Attachment, event: LiveEvent, now: number): Attachment
     return { ...att, k: event.type, r: event.remaining, s: now };
   }
   return { ...att, k: event.type, s: now };
+}
+
+/**
+ * Settled purchases from the order consumer: kept for a reconnect (a shopper this shard knows,
+ * or one connected here) and pushed to their connections. Returns the events sent.
+ */
+export function pushResults(ctx: DurableObjectState, s: Standing, store: RoomStorage, list: ShopperResult[], now: number): number {
+  let delivered = 0;
+  for (const { userId, ...result } of list) {
+    const sockets = ctx.getWebSockets(userTag(userId));
+    if (!s.book.byUser.has(userId) && sockets.length === 0) {
+      continue;
+    }
+    s.results.set(userId, { result, at: now });
+    store.saveResult(userId, result, now);
+    for (const ws of sockets) {
+      if (send(ws, resultEvent(result))) {
+        delivered++;
+      }
+    }
+  }
+  return delivered;
 }

@@ -1,4 +1,3 @@
-import { z } from 'zod';
 import { getConfig } from '../../workers/kernel/config';
 import { randomId } from '../../workers/kernel/crypto';
 import { log } from '../../workers/kernel/log';
@@ -15,29 +14,24 @@ import {
 } from '../../workers/kernel/waiting-room';
 import { roomHub } from '../routing';
 import { Book, type Ticket, toRow } from './book';
-import { attachmentOf, due, LIVE_PROTOCOL, resultEvent, send, sent, stateEvent, userTag } from './live';
-import { after, arrivalKey, NOTHING, reportKeys, shuffleKey, timeHorizon } from './rules';
+import { acceptLive, attachmentOf, due, pushResults, resultEvent, send, sent, stateEvent, userTag } from './live';
+import { arrivalKey, shuffleKey } from './rules';
 import { Standing, TICK_MS } from './standing';
-import type { RoomStorage } from './storage';
+import { ShardCounters as Counters, type RoomStorage } from './storage';
 
 /** How often a shard whose waiting shoppers are all sold out looks whether units came back. */
 const SOLD_OUT_TICK_MS = 5_000;
 /** The close code of a live channel whose join the shard refused (the reason names why: NOT_STARTED, ENDED). */
 const JOIN_REFUSED_CLOSE = 4409;
-/** An alarm this late is run by the next joining upgrade instead (see connect). */
+/**
+ * An alarm this late is run by the shard's next call instead (catchUp). While joining upgrades
+ * (GET .../live?join=1) kept coming, the runtime was seen not to deliver a shard's alarm, stored
+ * and overdue, until they stopped: in the bench's queue phase rounds decided from the second
+ * second on reached the shoppers at the thirteenth.
+ */
 const OVERDUE_ALARM_MS = 250;
 /** A shard forgets a sale's tickets this long after it ended. */
 const FORGET_AFTER_MS = 24 * 3600_000;
-
-const Counters = z.object({
-  shard: z.number(),
-  joined: z.number(),
-  admitted: z.number(),
-  messages: z.number(),
-  round: z.number(),
-  cursor: z.string(),
-});
-type Counters = z.infer<typeof Counters>;
 
 /**
  * One shard of a goods' waiting room: the tickets of the shoppers whose user id hashes here,
@@ -154,22 +148,8 @@ export class ShardRoom {
 
   /** Settled purchases from the order consumer: pushed to their shoppers' connections, kept for a reconnect. */
   deliver(list: ShopperResult[]): number {
-    const now = Date.now();
-    let delivered = 0;
-    for (const { userId, ...result } of list) {
-      const sockets = this.ctx.getWebSockets(userTag(userId));
-      if (!this.s.book.byUser.has(userId) && sockets.length === 0) {
-        continue;
-      }
-      this.s.results.set(userId, { result, at: now });
-      this.store.saveResult(userId, result, now);
-      for (const ws of sockets) {
-        if (send(ws, resultEvent(result))) {
-          delivered++;
-          this.counters.messages++;
-        }
-      }
-    }
+    const delivered = pushResults(this.ctx, this.s, this.store, list, Date.now());
+    this.counters.messages += delivered;
     return delivered;
   }
 
@@ -177,26 +157,17 @@ export class ShardRoom {
    * The live channel: the edge has checked who this is; the state goes out at once (a reconnect
    * resumes). A channel that joins as it opens (`x-room-join`, GET .../live?join=1) is upgraded
    * first and joins the line right after, as POST .../queue would: its first event is the join's
-   * answer (`joined`), so an arrival costs this shard one request instead of two. While such
-   * upgrades keep coming the runtime has been seen not to deliver the shard's alarm, stored and
-   * overdue, until they stop (the bench's queue phase: rounds decided from the second second on
-   * reached the shoppers at the thirteenth), so an upgrade that finds the alarm overdue runs the
-   * tick itself (`overdue`; `tick` runs one at a time). The edge refuses a room not open yet or
-   * ended before the upgrade; a join the shard still refuses (settings changed meanwhile) closes
-   * the channel with code 4409 and the reason. On a goods without a line the edge's own answer
-   * (`edgeAnswer`, from `x-room-joined`) goes first.
+   * answer (`joined`), so an arrival costs this shard one request instead of two (see
+   * OVERDUE_ALARM_MS for what a stream of them did to the alarm). The edge refuses a room not
+   * open yet or ended before the upgrade; a join the shard still refuses (settings changed
+   * meanwhile) closes the channel with code 4409 and the reason. On a goods without a line the
+   * edge's own answer (`edgeAnswer`, from `x-room-joined`) goes first.
    */
   async connect(request: Request, goods: RoomGoods, edgeAnswer: unknown): Promise<Response> {
     const userId = request.headers.get('x-room-user') ?? '';
-    const pair = new WebSocketPair();
-    const [client, server] = [pair[0], pair[1]];
-    this.ctx.acceptWebSocket(server, [userTag(userId)]);
-    server.serializeAttachment({ u: userId, k: '', p: -1, r: -1, s: 0 });
+    const { server, answer } = acceptLive(this.ctx, request, userId);
     if (request.headers.get('x-room-join') === '1') {
       this.ctx.waitUntil(this.joinLive(server, goods, userId));
-      if (this.overdue(Date.now())) {
-        this.ctx.waitUntil(this.tick());
-      }
     } else {
       if (typeof edgeAnswer === 'object' && edgeAnswer !== null && !Array.isArray(edgeAnswer)) {
         send(server, { ...(edgeAnswer as Record<string, unknown>), type: 'joined' });
@@ -204,9 +175,7 @@ export class ShardRoom {
       }
       await this.tell(server, Date.now(), true);
     }
-    const offered = (request.headers.get('sec-websocket-protocol') ?? '').split(',').map((p) => p.trim());
-    const headers: Record<string, string> = offered.includes(LIVE_PROTOCOL) ? { 'sec-websocket-protocol': LIVE_PROTOCOL } : {};
-    return new Response(null, { status: 101, webSocket: client, headers });
+    return answer;
   }
 
   /** Joins a channel's shopper (see connect): the join's answer, then the state. */
@@ -280,9 +249,11 @@ export class ShardRoom {
     }
   }
 
-  /** Whether the alarm is overdue by more than OVERDUE_ALARM_MS and no tick is running (see connect). */
-  private overdue(now: number): boolean {
-    return this.alarmAt !== null && now - this.alarmAt > OVERDUE_ALARM_MS && !this.ticking;
+  /** Runs the tick from this event when the alarm is overdue by more than OVERDUE_ALARM_MS and no tick is running. */
+  catchUp(now: number): void {
+    if (this.alarmAt !== null && now - this.alarmAt > OVERDUE_ALARM_MS && !this.ticking) {
+      this.ctx.waitUntil(this.tick());
+    }
   }
 
   private async tickOnce(): Promise<void> {
@@ -340,31 +311,6 @@ export class ShardRoom {
     void this.ctx.storage.setAlarm(at);
   }
 
-  private buildReport(goods: RoomGoods, now: number): ShardReport {
-    const start = this.s.book.firstAbove(this.s.knownCursor);
-    const beyond = this.s.book.waiting.slice(start);
-    const { keys, exact } = reportKeys(beyond);
-    const horizon = this.s.book.unkeyed.size > 0 ? NOTHING : exact < beyond.length ? after(beyond[exact - 1] ?? '') : timeHorizon(now);
-    return {
-      goods,
-      shard: this.counters.shard,
-      waiting: beyond.length,
-      unkeyed: this.s.book.unkeyed.size,
-      covered: start,
-      keys,
-      exact,
-      horizon,
-      outstanding: this.s.outstanding(now),
-      arrivals: this.arrivals,
-      joined: this.counters.joined,
-      admitted: this.counters.admitted,
-      messages: this.counters.messages,
-      live: this.ctx.getWebSockets().length,
-      round: this.s.knownRound,
-      quiet: beyond.length === 0 && this.s.book.unkeyed.size === 0,
-    };
-  }
-
   /** A report now, or the one already on its way (waited for on this call's own timer). */
   private async freshReport(): Promise<void> {
     const until = Date.now() + TICK_MS;
@@ -383,7 +329,15 @@ export class ShardRoom {
     }
     this.reporting = true;
     try {
-      const report = this.buildReport(goods, Date.now());
+      const { shard, joined, admitted, messages } = this.counters;
+      const report = this.s.report(goods, Date.now(), {
+        shard,
+        arrivals: this.arrivals,
+        joined,
+        admitted,
+        messages,
+        live: this.ctx.getWebSockets().length,
+      });
       const reply = await roomHub(this.env, { id: goods.goodsId, locationHint: goods.locationHint }).report(report);
       this.reportedAt = Date.now();
       this.quietReported = report.quiet === true;

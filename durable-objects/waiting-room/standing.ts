@@ -4,12 +4,13 @@ import {
   ROOM_SHARDS,
   type RoomGoods,
   type RoomResult,
+  type ShardReport,
   type TicketState,
   type TicketView,
 } from '../../workers/kernel/waiting-room';
 import { Book, type Ticket } from './book';
 import { activeAt, admissionLagMs, defaultActive } from './hub-rules';
-import { etaSeconds, NOTHING, placeOf } from './rules';
+import { after, etaSeconds, NOTHING, placeOf, reportKeys, timeHorizon } from './rules';
 
 /** How often a busy shard reports to the coordinator. */
 export const TICK_MS = 1_000;
@@ -31,6 +32,35 @@ export class Standing {
   knownCursor = '';
 
   constructor(private readonly tokenSecret: () => string) {}
+
+  /**
+   * The report to the coordinator: the waiting keys above the last cursor heard of (reportKeys),
+   * the horizon below which every key is in it, and the shard's counters (`c`).
+   */
+  report(
+    goods: RoomGoods,
+    now: number,
+    c: Pick<ShardReport, 'shard' | 'arrivals' | 'joined' | 'admitted' | 'messages' | 'live'>,
+  ): ShardReport {
+    const start = this.book.firstAbove(this.knownCursor);
+    const beyond = this.book.waiting.slice(start);
+    const { keys, exact } = reportKeys(beyond);
+    const unkeyed = this.book.unkeyed.size;
+    const horizon = unkeyed > 0 ? NOTHING : exact < beyond.length ? after(beyond[exact - 1] ?? '') : timeHorizon(now);
+    return {
+      goods,
+      ...c,
+      waiting: beyond.length,
+      unkeyed,
+      covered: start,
+      keys,
+      exact,
+      horizon,
+      outstanding: this.outstanding(now),
+      round: this.knownRound,
+      quiet: beyond.length === 0 && unkeyed === 0,
+    };
+  }
 
   /** Whether the room holds shoppers in line at `now` (before any reply: what the settings say). */
   active(goods: RoomGoods, now: number): boolean {

@@ -1,3 +1,4 @@
+import { z } from 'zod';
 import { migrateSchema } from '../../workers/kernel/schema-gate';
 import type { RoomResult } from '../../workers/kernel/waiting-room';
 
@@ -15,6 +16,17 @@ const MIGRATIONS: readonly string[] = [
 ];
 
 export const ROOM_SCHEMA_VERSION = MIGRATIONS.length;
+
+/** A shard's counters and the last round it admitted, kept as its `shard` state. */
+export const ShardCounters = z.object({
+  shard: z.number(),
+  joined: z.number(),
+  admitted: z.number(),
+  messages: z.number(),
+  round: z.number(),
+  cursor: z.string(),
+});
+export type ShardCounters = z.infer<typeof ShardCounters>;
 
 export type TicketRow = {
   id: string;

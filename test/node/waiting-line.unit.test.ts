@@ -2,12 +2,10 @@
 // reconnect with backoff, the fallback polling only while disconnected, and results by request id.
 import { describe, expect, it } from 'vitest';
 import type { Result } from '../../web/src/shared/contract';
+import { JOIN_LIVE_TIMEOUT_MS, joinThroughLive, joinUrl } from '../../web/src/shopper/live-join';
 import { pickable } from '../../web/src/shopper/rules-view';
 import {
   FALLBACK_POLL_MS,
-  JOIN_LIVE_TIMEOUT_MS,
-  joinThroughLive,
-  joinUrl,
   LIVE_PROTOCOL,
   type LineView,
   liveUrl,

@@ -15,6 +15,9 @@ import {
   readQueueSettings,
   type TicketView,
 } from '../kernel/waiting-room';
+import { requireEligible } from './eligibility';
+import { refuseIfEnded } from './purchase';
+import { readRemaining } from './stock-reads';
 
 // The waiting room seen from the isolate: a goods' settings from its row, whether its line is
 // on (for `auto`, as the room last said, refreshed in the background about once a second), and
@@ -110,15 +113,25 @@ function answer(config: Config, row: GoodsRow, view: TicketView) {
   return ticketAnswer(config.tokenSecret, roomGoodsOf(row), view);
 }
 
+/**
+ * What every join checks first, however it comes (POST .../queue, GET .../live?join=1): the sale
+ * has not ended and the line admits this shopper (403 NOT_ELIGIBLE before a ticket is made).
+ */
+async function checkJoin(config: Config, row: GoodsRow, userId: string): Promise<void> {
+  refuseIfEnded(row, Date.now());
+  await requireEligible(config, row, userId);
+}
+
 /** A goods without a line admits a shopper as they are; the ticket still opens the live channel for results. */
-async function noLineAnswer(config: Config, row: GoodsRow, userId: string, remaining: () => Promise<number>) {
+async function noLineAnswer(env: Env, config: Config, row: GoodsRow, userId: string) {
+  const remaining = (await readRemaining(env, config, [row]))[0]?.remaining ?? row.stock;
   const view: TicketView = {
     ticketId: '',
     userId,
     state: 'ADMITTED',
     position: 0,
     etaSeconds: 0,
-    remaining: await remaining(),
+    remaining,
     orderKey: null,
     preQueue: false,
     round: null,
@@ -134,10 +147,11 @@ function refusedJoin(reason: string, goods: RoomGoods): AppError {
 }
 
 /** POST .../queue: the shopper's ticket (the same one every time), from their shard. */
-export async function joinRoom(env: Env, config: Config, row: GoodsRow, userId: string, remaining: () => Promise<number>) {
+export async function joinRoom(env: Env, config: Config, row: GoodsRow, userId: string) {
+  await checkJoin(config, row, userId);
   const goods = roomGoodsOf(row);
   if (goods.mode === 'off') {
-    return noLineAnswer(config, row, userId, remaining);
+    return noLineAnswer(env, config, row, userId);
   }
   const shard = roomShardOf(userId);
   const outcome = await roomShard(env, row, shard).join(goods, shard, userId);
@@ -195,26 +209,17 @@ export function connectLive(env: Env, row: GoodsRow, userId: string, request: Re
  * GET .../live?join=1: joins the line and opens the live channel in one request to the
  * shopper's shard (a join and then a connection are two): the channel's first event is the
  * join's answer, `{type: "joined", ticket, state, position, ...}` as POST .../queue answers.
- * A room not open yet or ended is refused here, before the upgrade, as the join route refuses.
+ * Refused before the upgrade as the join route refuses (a room not open yet is checked here,
+ * where the join route hears it from the shard).
  */
-export async function joinLive(
-  env: Env,
-  config: Config,
-  row: GoodsRow,
-  userId: string,
-  request: Request,
-  remaining: () => Promise<number>,
-) {
+export async function joinLive(env: Env, config: Config, row: GoodsRow, userId: string, request: Request) {
+  await checkJoin(config, row, userId);
   const goods = roomGoodsOf(row);
   if (goods.mode === 'off') {
-    const answer = await noLineAnswer(config, row, userId, remaining);
+    const answer = await noLineAnswer(env, config, row, userId);
     return connectLive(env, row, userId, request, { 'x-room-joined': JSON.stringify(answer) });
   }
-  const now = Date.now();
-  if (now >= goods.endAt) {
-    throw refusedJoin('ENDED', goods);
-  }
-  if (now < opensAt(goods)) {
+  if (Date.now() < opensAt(goods)) {
     throw refusedJoin('NOT_STARTED', goods);
   }
   return connectLive(env, row, userId, request, { 'x-room-join': '1' });

@@ -5,17 +5,9 @@ import { formatTimeOfDay } from '../shared/format';
 import type { SaleState } from '../shared/sale';
 import type { ShopperContext } from './context';
 import type { GoodsView } from './goods-view';
+import { joinThroughLive, joinUrl } from './live-join';
 import type { ShopperKey } from './messages';
-import {
-  joinThroughLive,
-  joinUrl,
-  type LineDeps,
-  type LineView,
-  liveUrl,
-  type SocketLike,
-  TicketAnswer,
-  WaitingLine,
-} from './waiting-line';
+import { type LineDeps, type LineView, liveUrl, type SocketLike, TicketAnswer, WaitingLine } from './waiting-line';
 
 /** A failed join is tried again after this long (the room may not be open yet, or be busy). */
 const JOIN_RETRY_MS = 5_000;

@@ -1,8 +1,5 @@
 import { type Context, Hono } from 'hono';
-import { requireEligible } from '../../edge/eligibility';
-import { refuseIfEnded } from '../../edge/purchase';
 import { verifyShopperToken } from '../../edge/shopper-jwt';
-import { readRemaining } from '../../edge/stock-reads';
 import { connectLive, joinLive, ticketOwner } from '../../edge/waiting-room';
 import { UserId } from '../../kernel/contract';
 import { AppError } from '../../kernel/errors';
@@ -52,11 +49,7 @@ export const live = new Hono<AppEnv>().get('/goods/:goodsId/live', goodsInPath, 
     if (join !== '1' || ticket !== undefined) {
       throw new AppError('INVALID_INPUT', 'join=1 joins the line with the JWT as the subprotocol jwt.<token>, and takes no ticket');
     }
-    const userId = await shopperOfProtocol(c);
-    refuseIfEnded(goods, Date.now());
-    await requireEligible(config, goods, userId);
-    const remaining = async () => (await readRemaining(c.env, config, [goods]))[0]?.remaining ?? goods.stock;
-    return joinLive(c.env, config, goods, userId, c.req.raw, remaining);
+    return joinLive(c.env, config, goods, await shopperOfProtocol(c), c.req.raw);
   }
   const userId = ticket ? await ticketOwner(config, goods, ticket) : await shopperOfProtocol(c);
   return connectLive(c.env, goods, userId, c.req.raw);

@@ -1,8 +1,5 @@
 import { Hono } from 'hono';
 import { z } from 'zod';
-import { requireEligible } from '../../edge/eligibility';
-import { refuseIfEnded } from '../../edge/purchase';
-import { readRemaining } from '../../edge/stock-reads';
 import { joinRoom, ticketStatus } from '../../edge/waiting-room';
 import type { AppEnv } from '../context';
 import { goodsInPath, loadGoods } from '../middleware/goods';
@@ -27,11 +24,7 @@ export const queue = new Hono<AppEnv>()
     const config = c.get('config'),
       goods = c.get('goods'),
       userId = c.get('userId');
-    refuseIfEnded(goods, Date.now());
-    // The line admits only shoppers who may buy: 403 NOT_ELIGIBLE before a ticket is made.
-    await requireEligible(config, goods, userId);
-    const remaining = async () => (await readRemaining(c.env, config, [goods]))[0]?.remaining ?? goods.stock;
-    return c.json(await joinRoom(c.env, config, goods, userId, remaining));
+    return c.json(await joinRoom(c.env, config, goods, userId));
   })
 
   .get('/goods/:goodsId/queue/:ticket', goodsInPath, valid('param', TicketParam), loadGoods, async (c) => {
