@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { GoodsInit, GoodsPlacement } from '../workers/kernel/contract';
 import type { CreateGoodsBody, UpdateGoodsBody } from '../workers/kernel/http-bodies';
 import { PREWARM_AHEAD_MS, RECONCILE_ENDED_WITHIN_MS } from '../workers/kernel/schedule';
+import { ROOM_SHARDS } from '../workers/kernel/waiting-room';
 import type { AnyDb, Db } from './client';
 import type { SqlExecutor } from './orders';
 import { ORDER_STATUS, seckillGoods, seckillOrder } from './schema';
@@ -148,7 +149,12 @@ export function toGoodsInit(row: GoodsRow): GoodsInit {
   };
 }
 
-const PlacementRow = z.object({ id: z.coerce.number(), location_hint: z.string().nullable(), shards: z.coerce.number().optional() });
+const PlacementRow = z.object({
+  id: z.coerce.number(),
+  location_hint: z.string().nullable(),
+  shards: z.coerce.number().optional(),
+  room_shards: z.coerce.number().int().positive().nullish(),
+});
 
 /** The placements (id and location hint) of these goods; one statement, on a pool or over HTTP. */
 export async function findPlacements(db: SqlExecutor, goodsIds: number[]): Promise<GoodsPlacement[]> {
@@ -159,9 +165,11 @@ export async function findPlacements(db: SqlExecutor, goodsIds: number[]): Promi
     goodsIds.map((id) => sql`${id}`),
     sql`, `,
   );
-  const { rows } = await db.execute(sql`SELECT id, location_hint, shards FROM seckill_goods WHERE id IN (${ids})`);
+  const { rows } = await db.execute(
+    sql`SELECT id, location_hint, shards, queue->>'shards' AS room_shards FROM seckill_goods WHERE id IN (${ids})`,
+  );
   return rows.map((r) => {
     const row = PlacementRow.parse(r);
-    return { id: row.id, locationHint: row.location_hint, shards: row.shards ?? 1 };
+    return { id: row.id, locationHint: row.location_hint, shards: row.shards ?? 1, roomShards: row.room_shards ?? ROOM_SHARDS };
   });
 }

@@ -1,7 +1,6 @@
 import { type GoodsPlacement, LocationHint } from '../workers/kernel/contract';
 import { watchedStub } from '../workers/kernel/object-calls';
 import { fnv1a, shardOf } from '../workers/kernel/shards';
-import { ROOM_SHARDS } from '../workers/kernel/waiting-room';
 
 // The one place that maps a goods, a client key or a role to its Durable Object. Callers never
 // build ids themselves; a hot goods' stock shards are picked here alone.
@@ -135,13 +134,13 @@ export function allMetricsShards(env: Env) {
   return Array.from({ length: METRICS_SHARDS }, (_, i) => metricsShard(env, i));
 }
 
-// The waiting room (durable-objects/waiting-room/): per goods, ROOM_SHARDS shard objects that
-// shoppers talk to, and one coordinator that only the shards talk to. One class plays both
-// roles; the name says which.
+// The waiting room (durable-objects/waiting-room/): per goods, `queue.shards` (ROOM_SHARDS when
+// unset) shard objects that shoppers talk to, and one coordinator that only the shards talk to.
+// One class plays both roles; the name says which.
 
-/** The room shard a shopper always lands on: FNV-1a of the user id. */
-export function roomShardOf(userId: string): number {
-  return fnv1a(userId) % ROOM_SHARDS;
+/** The shard of a room of `shards` a shopper always lands on: FNV-1a of the user id. */
+export function roomShardOf(userId: string, shards: number): number {
+  return fnv1a(userId) % shards;
 }
 
 /** Shard `shard` of a goods' waiting room, placed near the goods' stock object. */

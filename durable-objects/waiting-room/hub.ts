@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { log } from '../../workers/kernel/log';
-import type { HubReply, RoomGoods, RoomStats, ShardReport } from '../../workers/kernel/waiting-room';
+import { type HubReply, ROOM_SHARDS, type RoomGoods, type RoomStats, type ShardReport } from '../../workers/kernel/waiting-room';
 import { goodsStock } from '../routing';
 import { decide, type HubState, type HubView, initialHubState, type Reported, roundsAfter, type Stock } from './hub-rules';
 import { newSeed, seedHashOf } from './rules';
@@ -179,6 +179,7 @@ export class RoomHub {
       liveMessages: sum((r) => r.messages),
       round: this.state?.round ?? 0,
       lastEtaSeconds: this.view?.lastEtaSeconds ?? 0,
+      shards: goods.shards ?? ROOM_SHARDS,
       shardsReporting: reports.filter((r) => now - r.receivedAt < TICK_MS * 5).length,
     };
   }

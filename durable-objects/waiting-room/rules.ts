@@ -1,4 +1,4 @@
-import type { Ladder } from '../../workers/kernel/waiting-room';
+import type { Ladder, RoomGoods } from '../../workers/kernel/waiting-room';
 
 // The room's pure rules: order keys, the pre-queue draw, the sample a shard reports, a
 // shopper's place estimated from the coordinator's marks, and the ETA.
@@ -77,16 +77,30 @@ export async function drawOrder(seed: string, ticketIds: readonly string[]): Pro
   return keyed.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)).map((k) => k.id);
 }
 
-/** How many keys of a shard it reports exactly, and how many of the rest it samples. */
+/** How many keys of a shard it reports exactly (at least), and how many of the rest it samples. */
 export const EXACT_KEYS = 256;
 export const SAMPLED_KEYS = 32;
+/** A decision admits only keys every shard reported exactly; these reports cover this many of the rate's ticks. */
+const EXACT_TICKS = 3;
+/** However high the rate: a report stays under about 100 KB. */
+const EXACT_KEYS_MAX = 2_048;
 
 /**
- * The keys a shard reports: the first EXACT_KEYS of its sorted waiting keys with their ranks,
+ * How many keys a shard of this room reports exactly: EXACT_KEYS, or three ticks of its share of
+ * the rate when that is more (a room of few shards would otherwise admit at most EXACT_KEYS a
+ * shard a decision, whatever its rate), up to EXACT_KEYS_MAX.
+ */
+export function exactKeysFor(goods: Pick<RoomGoods, 'admitPerSecond' | 'shards'>): number {
+  const share = Math.ceil((EXACT_TICKS * goods.admitPerSecond) / Math.max(1, goods.shards));
+  return Math.min(EXACT_KEYS_MAX, Math.max(EXACT_KEYS, share));
+}
+
+/**
+ * The keys a shard reports: the first `exactKeys` of its sorted waiting keys with their ranks,
  * then SAMPLED_KEYS spread evenly over the rest (always ending with the last one).
  */
-export function reportKeys(sorted: readonly string[]): { keys: Ladder; exact: number } {
-  const exact = Math.min(sorted.length, EXACT_KEYS);
+export function reportKeys(sorted: readonly string[], exactKeys = EXACT_KEYS): { keys: Ladder; exact: number } {
+  const exact = Math.min(sorted.length, exactKeys);
   const keys: Ladder = { keys: sorted.slice(0, exact), counts: Array.from({ length: exact }, (_, i) => i) };
   const rest = sorted.length - exact;
   let last = exact - 1;

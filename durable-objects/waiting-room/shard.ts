@@ -6,9 +6,9 @@ import { sleep } from '../../workers/kernel/sleep';
 import {
   type JoinOutcome,
   opensAt,
+  ROOM_SHARDS,
   RoomGoods,
   type Round,
-  type ShardReport,
   type ShopperResult,
   type TicketView,
 } from '../../workers/kernel/waiting-room';
@@ -68,6 +68,8 @@ export class ShardRoom {
 
   /** The goods' latest settings, as the edge sent them. */
   see(goods: RoomGoods, shard: number): RoomGoods {
+    // An edge of an earlier build sends no shard count: it routes over ROOM_SHARDS.
+    goods.shards ??= ROOM_SHARDS;
     if (JSON.stringify(goods) !== JSON.stringify(this.s.goods)) {
       this.s.goods = goods;
       this.store.saveState('goods', goods);

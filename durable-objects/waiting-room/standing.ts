@@ -10,7 +10,7 @@ import {
 } from '../../workers/kernel/waiting-room';
 import { Book, type Ticket } from './book';
 import { activeAt, admissionLagMs, defaultActive } from './hub-rules';
-import { after, etaSeconds, NOTHING, placeOf, reportKeys, timeHorizon } from './rules';
+import { after, etaSeconds, exactKeysFor, NOTHING, placeOf, reportKeys, timeHorizon } from './rules';
 
 /** How often a busy shard reports to the coordinator. */
 export const TICK_MS = 1_000;
@@ -44,7 +44,7 @@ export class Standing {
   ): ShardReport {
     const start = this.book.firstAbove(this.knownCursor);
     const beyond = this.book.waiting.slice(start);
-    const { keys, exact } = reportKeys(beyond);
+    const { keys, exact } = reportKeys(beyond, exactKeysFor(goods));
     const unkeyed = this.book.unkeyed.size;
     const horizon = unkeyed > 0 ? NOTHING : exact < beyond.length ? after(beyond[exact - 1] ?? '') : timeHorizon(now);
     return {
@@ -98,7 +98,7 @@ export class Standing {
     }
     if (t.position === null) {
       const start = this.book.firstAbove(this.knownCursor);
-      t.position = placeOf(t.key, this.hub?.marks ?? { keys: [], counts: [] }, this.book.waiting, start, ROOM_SHARDS);
+      t.position = placeOf(t.key, this.hub?.marks ?? { keys: [], counts: [] }, this.book.waiting, start, this.spread());
     }
     return t.position;
   }
@@ -151,6 +151,11 @@ export class Standing {
     return n;
   }
 
+  /** Shoppers in the whole room that one of this shard's stands for (the room's shard count). */
+  private spread(): number {
+    return this.goods?.shards ?? ROOM_SHARDS;
+  }
+
   /** Every waiting ticket's place from the latest marks; a place only ever moves forward. */
   placeAll(): void {
     const marks = this.hub?.marks;
@@ -159,11 +164,12 @@ export class Standing {
     }
     const start = this.book.firstAbove(this.knownCursor);
     const waiting = this.book.waiting;
+    const spread = this.spread();
     for (let i = start; i < waiting.length; i++) {
       const key = waiting[i] ?? '';
       const t = this.book.ticketAt(key);
       if (t) {
-        const p = placeOf(key, marks, waiting, start, ROOM_SHARDS);
+        const p = placeOf(key, marks, waiting, start, spread);
         t.position = t.position === null ? p : Math.min(t.position, p);
       }
     }

@@ -41,6 +41,17 @@ describe('the open-file check of the queue phase', () => {
     expect(parseBenchOptions([]).help).toBeUndefined();
   });
 
+  it("takes the room's shard count within what a goods takes, and leaves it to the goods otherwise", () => {
+    const o = (args: string[]) => {
+      const parsed = parseBenchOptions(['--queue-shoppers', '100', ...args]);
+      return 'roomShards' in parsed ? parsed.roomShards : 'help';
+    };
+    expect(o([])).toBeUndefined();
+    expect(o(['--room-shards', '4'])).toBe(4);
+    expect(() => o(['--room-shards', '0'])).toThrow(/room-shards/);
+    expect(() => o(['--room-shards', '129'])).toThrow(/room-shards/);
+  });
+
   const limit = openFileLimit();
   it.skipIf(limit === undefined || limit >= 101_100)("refuses the largest line before starting anything, under this shell's limit", () => {
     expect(() => parseBenchOptions(['--queue-shoppers', '100000'])).toThrow(/ulimit -n/);

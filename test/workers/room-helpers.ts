@@ -3,7 +3,13 @@ import { ADMIN, bearer, call, devToken, json } from './helpers';
 
 // Helpers of the waiting-room tests: goods with a queue, joining, the live channel.
 
-export type QueueOptions = { mode: 'off' | 'auto' | 'always'; admitPerSecond?: number; preQueueSeconds?: number; passSeconds?: number };
+export type QueueOptions = {
+  mode: 'off' | 'auto' | 'always';
+  admitPerSecond?: number;
+  preQueueSeconds?: number;
+  passSeconds?: number;
+  shards?: number;
+};
 
 export type TicketAnswer = {
   ticket: string;

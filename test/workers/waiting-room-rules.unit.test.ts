@@ -4,6 +4,8 @@ import {
   after,
   arrivalKey,
   drawOrder,
+  EXACT_KEYS,
+  exactKeysFor,
   lowerBound,
   NOTHING,
   placeOf,
@@ -27,6 +29,7 @@ function goods(over: Partial<RoomGoods> = {}): RoomGoods {
     admitPerSecond: 10,
     preQueueSeconds: 0,
     passSeconds: 120,
+    shards: 4,
     ...over,
   };
 }
@@ -48,7 +51,7 @@ type SimShard = { waiting: string[]; admitted: { key: string; round: number }[];
 function report(shard: SimShard, index: number, now: number, g: RoomGoods): Reported {
   const start = shard.cursor === '' ? 0 : lowerBound(shard.waiting, after(shard.cursor));
   const beyond = shard.waiting.slice(start);
-  const { keys, exact } = reportKeys(beyond);
+  const { keys, exact } = reportKeys(beyond, exactKeysFor(g));
   return {
     goods: g,
     shard: index,
@@ -376,6 +379,30 @@ describe("the coordinator's decision", () => {
     expect(idle.state.round).toBe(state.round + 1);
     const cut = shards.reduce((n, s) => n + s.waiting.filter((k) => k <= idle.state.cursor).length, 0);
     expect(cut).toBeLessThanOrEqual(200);
+  });
+
+  it('admits the whole rate from a room of one shard: its report holds three ticks of the rate exactly', () => {
+    const random = rng(5);
+    const g = goods({ admitPerSecond: 500, shards: 1 });
+    expect(exactKeysFor(g)).toBe(1_500);
+    // A room of 32 at the default rate keeps the reports it had.
+    expect(exactKeysFor(goods({ admitPerSecond: 500, shards: 32 }))).toBe(EXACT_KEYS);
+    const shard: SimShard = {
+      waiting: Array.from({ length: 20_000 }, (_, i) => arrivalKey(10 + i, `o${String(i).padStart(5, '0')}`)),
+      admitted: [],
+      known: 0,
+      cursor: '',
+    };
+    let state = initialHubState(g, 0);
+    let now = 1_000;
+    while (now < 21_000) {
+      state = decide(state, [report(shard, 0, now, g)], g, { remaining: 1_000_000, queued: 0, confirmed: 0 }, 0, now, TICK).state;
+      apply(shard, state.rounds);
+      now += 900 + Math.floor(random() * 800);
+    }
+    // 20 s at 500 a second (EXACT_KEYS a report, at most 256 a decision: 4,352).
+    expect(shard.admitted.length).toBeGreaterThanOrEqual(9_500);
+    expect(shard.admitted.length).toBeLessThanOrEqual(10_500);
   });
 
   it('in auto mode holds a line while arrivals exceed the rate, and lets go once it is empty and quiet', () => {

@@ -2,6 +2,7 @@ import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import { roomShardOf } from '../../durable-objects/routing';
 import { sealPass, sealTicket } from '../../workers/kernel/room-seal';
+import { ROOM_SHARDS } from '../../workers/kernel/waiting-room';
 import { ADMIN, bearer, buy, call, json, metric, scrape } from './helpers';
 import {
   buyWithPass,
@@ -222,12 +223,12 @@ describe('the waiting room refuses bad input with the contract’s 4xx', () => {
   it('admits while shoppers keep joining through their channels: the joins do not hold their shard back', async () => {
     const { goodsId } = await createQueuedGoods({ stock: 200, queue: { mode: 'always', admitPerSecond: 5, passSeconds: 60 } });
     // Shoppers of one room shard, so that shard takes every join.
-    const shard = roomShardOf('same-shard-0');
+    const shard = roomShardOf('same-shard-0', ROOM_SHARDS);
     let next = 0;
     const nextUser = () => {
       for (;;) {
         const user = `same-shard-${next++}`;
-        if (roomShardOf(user) === shard) {
+        if (roomShardOf(user, ROOM_SHARDS) === shard) {
           return user;
         }
       }

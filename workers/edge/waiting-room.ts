@@ -8,11 +8,11 @@ import {
   DEFAULT_ADMIT_PER_SECOND,
   DEFAULT_PASS_SECONDS,
   opensAt,
-  type QueueSettings,
-  ROOM_SHARDS,
+  QueueSettings,
   type RoomGoods,
   type RoomStats,
   readQueueSettings,
+  roomShardsOf,
   type TicketView,
 } from '../kernel/waiting-room';
 import { requireEligible } from './eligibility';
@@ -30,6 +30,25 @@ export function queueOf(row: GoodsRow): QueueSettings {
   return readQueueSettings(row.queue);
 }
 
+/**
+ * The queue settings a PUT asks for, as the goods will keep them: a `shards` the PUT leaves out
+ * stays what it was, and the room's shard count changes only before the room opens (the
+ * shoppers' places are in the shards their ids hash to). 409 SALE_STARTED after it, 400 when the
+ * kept count cannot carry the new rate.
+ */
+export function nextQueueSettings(row: GoodsRow, asked: QueueSettings, now: number): QueueSettings {
+  const current = queueOf(row);
+  const next = asked.shards === undefined && current.shards !== undefined ? { ...asked, shards: current.shards } : asked;
+  if (roomShardsOf(next) !== roomShardsOf(current) && now >= opensAt(roomGoodsOf(row))) {
+    throw new AppError('SALE_STARTED', 'queue.shards can change only before the waiting room opens');
+  }
+  const checked = QueueSettings.safeParse(next);
+  if (!checked.success) {
+    throw new AppError('INVALID_INPUT', checked.error.issues[0]?.message ?? 'invalid queue settings');
+  }
+  return checked.data;
+}
+
 /** What the room objects are told of a goods with every call. */
 export function roomGoodsOf(row: GoodsRow): RoomGoods {
   const q = queueOf(row);
@@ -43,11 +62,15 @@ export function roomGoodsOf(row: GoodsRow): RoomGoods {
     admitPerSecond: q.admitPerSecond ?? DEFAULT_ADMIT_PER_SECOND,
     preQueueSeconds: q.preQueueSeconds ?? 0,
     passSeconds: q.passSeconds ?? DEFAULT_PASS_SECONDS,
+    shards: roomShardsOf(q),
   };
 }
 
-/** The shard this isolate tells its demand to (`auto`): spread over the room, one per isolate. */
-const noteShard = Math.floor(Math.random() * ROOM_SHARDS);
+/** Picks the shard this isolate tells its demand to (`auto`): spread over the room, one per isolate. */
+const noteDraw = Math.floor(Math.random() * 2 ** 31);
+function noteShardOf(goods: RoomGoods): number {
+  return noteDraw % goods.shards;
+}
 /** An answer about the line older than this is not trusted: the next token request asks again and waits. */
 const LINE_FRESH_MS = 3_000;
 const NOTE_EVERY_MS = 1_000;
@@ -61,7 +84,9 @@ async function note(env: Env, row: GoodsRow, d: Demand): Promise<void> {
   d.sending = true;
   d.sentAt = Date.now();
   try {
-    const answer = await roomShard(env, row, noteShard).noteArrivals(roomGoodsOf(row), noteShard, n);
+    const goods = roomGoodsOf(row);
+    const shard = noteShardOf(goods);
+    const answer = await roomShard(env, row, shard).noteArrivals(goods, shard, n);
     d.active = answer.active;
     d.at = Date.now();
   } catch (error) {
@@ -153,7 +178,7 @@ export async function joinRoom(env: Env, config: Config, row: GoodsRow, userId: 
   if (goods.mode === 'off') {
     return noLineAnswer(env, config, row, userId);
   }
-  const shard = roomShardOf(userId);
+  const shard = roomShardOf(userId, goods.shards);
   const outcome = await roomShard(env, row, shard).join(goods, shard, userId);
   if (!outcome.ok) {
     throw refusedJoin(outcome.reason, goods);
@@ -171,7 +196,7 @@ export async function ticketStatus(env: Env, config: Config, row: GoodsRow, blob
   if (ticket.ticketId === '' || goods.mode === 'off') {
     throw new AppError('NOT_FOUND', 'this ticket has no place in line (the goods has no waiting room)');
   }
-  const shard = roomShardOf(ticket.userId);
+  const shard = roomShardOf(ticket.userId, goods.shards);
   const view = await roomShard(env, row, shard).status(goods, shard, ticket.userId, ticket.ticketId);
   if (!view) {
     throw new AppError('NOT_FOUND', 'no such ticket');
@@ -190,12 +215,13 @@ export async function ticketOwner(config: Config, row: GoodsRow, blob: string): 
 
 /** Hands the live channel's upgrade to the shopper's shard. */
 export function connectLive(env: Env, row: GoodsRow, userId: string, request: Request, join?: Record<string, string>): Promise<Response> {
-  const shard = roomShardOf(userId);
+  const goods = roomGoodsOf(row);
+  const shard = roomShardOf(userId, goods.shards);
   const headers = new Headers({
     upgrade: 'websocket',
     'x-room-user': userId,
     'x-room-shard': String(shard),
-    'x-room-goods': JSON.stringify(roomGoodsOf(row)),
+    'x-room-goods': JSON.stringify(goods),
     ...join,
   });
   const protocols = request.headers.get('sec-websocket-protocol');
@@ -235,7 +261,9 @@ export async function fairnessOf(env: Env, row: GoodsRow, now: number): Promise<
   if (kept && (kept.seed !== undefined || now < row.startAt.getTime())) {
     return kept;
   }
-  const found = await roomShard(env, row, noteShard).fairness(roomGoodsOf(row), noteShard);
+  const goods = roomGoodsOf(row);
+  const shard = noteShardOf(goods);
+  const found = await roomShard(env, row, shard).fairness(goods, shard);
   if (fairnessKept.size > 1_000) {
     fairnessKept.clear();
   }
@@ -261,7 +289,7 @@ export async function pushRoomSettings(env: Env, row: GoodsRow): Promise<void> {
   if (goods.mode === 'off') {
     return;
   }
-  await Promise.all(Array.from({ length: ROOM_SHARDS }, (_, shard) => roomShard(env, row, shard).configure(goods, shard)));
+  await Promise.all(Array.from({ length: goods.shards }, (_, shard) => roomShard(env, row, shard).configure(goods, shard)));
 }
 
 /** Makes the room's seed when a goods gets a waiting room, so the commitment exists before anyone joins. */

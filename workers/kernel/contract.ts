@@ -313,4 +313,6 @@ export type GoodsPlacement = {
   locationHint: string | null;
   /** Stock shards (1 when absent): which objects hold the goods' stock. */
   shards?: number;
+  /** Waiting-room shards (ROOM_SHARDS when absent): which room shard a shopper's live channel is on. */
+  roomShards?: number;
 };

@@ -12,6 +12,16 @@ export const DEFAULT_ADMIT_PER_SECOND = 500;
 /** How long an admission pass lets its shopper ask for purchase tokens. */
 export const DEFAULT_PASS_SECONDS = 120;
 
+/** Shards of one goods' waiting room when its settings name none: a shopper always lands on the same one (a hash of the user id). */
+export const ROOM_SHARDS = 32;
+export const MAX_ROOM_SHARDS = 128;
+/**
+ * Admissions a second one room shard is asked to carry at most (`admitPerSecond` ≤ this ×
+ * `shards` when a goods names its shard count): each is a push on the shard's live channels,
+ * on top of its joins, within the ~1,000 requests a second one object is documented to take.
+ */
+export const ADMIT_PER_SHARD = 500;
+
 /** A goods' waiting-room settings, as POST/PUT /admin/goods take them and the goods row keeps them. */
 export const QueueSettings = z
   .object({
@@ -22,8 +32,17 @@ export const QueueSettings = z
     preQueueSeconds: z.number().int().min(0).max(86_400).optional(),
     /** How long an admission pass stays usable (default DEFAULT_PASS_SECONDS). */
     passSeconds: z.number().int().min(10).max(3_600).optional(),
+    /**
+     * Shards of the room (default ROOM_SHARDS): about 1,000 arrivals a second each, fixed once
+     * the room opens. A PUT that leaves it out keeps the goods' count.
+     */
+    shards: z.number().int().min(1).max(MAX_ROOM_SHARDS).optional(),
   })
-  .strict();
+  .strict()
+  .refine((q) => q.shards === undefined || (q.admitPerSecond ?? DEFAULT_ADMIT_PER_SECOND) <= ADMIT_PER_SHARD * q.shards, {
+    message: `a room admits at most ${ADMIT_PER_SHARD} shoppers a second per shard: raise queue.shards or lower admitPerSecond`,
+    path: ['shards'],
+  });
 export type QueueSettings = z.infer<typeof QueueSettings>;
 
 export const QUEUE_OFF: QueueSettings = { mode: 'off' };
@@ -34,8 +53,10 @@ export function readQueueSettings(raw: unknown): QueueSettings {
   return parsed.success ? parsed.data : QUEUE_OFF;
 }
 
-/** Shards of one goods' waiting room: a shopper always lands on the same one (a hash of the user id). */
-export const ROOM_SHARDS = 32;
+/** The shard count of a goods' room. */
+export function roomShardsOf(q: QueueSettings): number {
+  return q.shards ?? ROOM_SHARDS;
+}
 
 /** What a room object knows of its goods; the edge sends it with every call (a goods row gives it). */
 export const RoomGoods = z.object({
@@ -48,6 +69,8 @@ export const RoomGoods = z.object({
   admitPerSecond: z.number().int().positive(),
   preQueueSeconds: z.number().int().nonnegative(),
   passSeconds: z.number().int().positive(),
+  /** The room's shard count (settings written before it existed: ROOM_SHARDS). */
+  shards: z.number().int().positive().default(ROOM_SHARDS),
 });
 export type RoomGoods = z.infer<typeof RoomGoods>;
 
@@ -175,5 +198,7 @@ export type RoomStats = {
   round: number;
   /** ETA of the last shopper in line, in seconds. */
   lastEtaSeconds: number;
+  /** The room's shard count, and how many of them reported lately. */
+  shards: number;
   shardsReporting: number;
 };

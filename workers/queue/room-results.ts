@@ -3,7 +3,7 @@ import { roomShard, roomShardOf } from '../../durable-objects/routing';
 import type { GoodsPlacement, OrderMessage } from '../kernel/contract';
 import { log } from '../kernel/log';
 import { sleep } from '../kernel/sleep';
-import type { ShopperResult } from '../kernel/waiting-room';
+import { ROOM_SHARDS, type ShopperResult } from '../kernel/waiting-room';
 
 /**
  * Tells the shoppers' waiting-room shards what became of their purchases, right after the
@@ -15,12 +15,13 @@ import type { ShopperResult } from '../kernel/waiting-room';
 export async function tellShoppers(env: Env, goods: GoodsPlacement, orders: OrderMessage[], results: WriteResult[]): Promise<void> {
   const userOf = new Map(orders.map((o) => [o.requestId, o.userId]));
   const byShard = new Map<number, ShopperResult[]>();
+  const shards = goods.roomShards ?? ROOM_SHARDS;
   for (const r of results) {
     const userId = userOf.get(r.requestId);
     if (!userId) {
       continue;
     }
-    const shard = roomShardOf(userId);
+    const shard = roomShardOf(userId, shards);
     const list = byShard.get(shard) ?? [];
     list.push(
       r.ok

@@ -251,8 +251,9 @@ export async function queuePhase(c: BenchContext): Promise<{ result: QueuePhase;
   const n = c.o.queueShoppers;
   const admitPerSecond = c.o.admitPerSecond;
   const how = c.o.joinWithPost ? 'join with POST .../queue, then hold the live channel' : 'join as their live channel opens, hold it';
-  c.say(`Queue: ${n} shoppers ${how} (an always-on line, ${admitPerSecond}/s), buy...`);
-  const goods = await saleGoods(c, 'waiting room', n, { queue: { mode: 'always', admitPerSecond } });
+  const shards = c.o.roomShards;
+  c.say(`Queue: ${n} shoppers ${how} (an always-on line, ${admitPerSecond}/s${shards ? `, ${shards} room shards` : ''}), buy...`);
+  const goods = await saleGoods(c, 'waiting room', n, { queue: { mode: 'always', admitPerSecond, ...(shards ? { shards } : {}) } });
   const users = await c.minter.users('line', n);
   const { phase, accepted } = await runQueuePhase({
     http: c.http,
@@ -265,7 +266,10 @@ export async function queuePhase(c: BenchContext): Promise<{ result: QueuePhase;
     headers: c.clientHeaders,
     joinWithPost: c.o.joinWithPost,
   });
-  return { result: phase, goods: [{ name: 'waiting room', goodsId: goods.goodsId, accepted }] };
+  return {
+    result: { ...phase, ...(shards ? { roomShards: shards } : {}) },
+    goods: [{ name: 'waiting room', goodsId: goods.goodsId, accepted }],
+  };
 }
 
 /** The classic stack on the real redis-server and PostgreSQL, or why it was skipped. */

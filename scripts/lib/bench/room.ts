@@ -12,6 +12,8 @@ import type { BenchUser } from './mint.ts';
 export type QueuePhase = {
   shoppers: number;
   admitPerSecond: number;
+  /** The room's shard count when the bench set one (`--room-shards`); absent: the default. */
+  roomShards?: number;
   joined: number;
   /** How shoppers joined: `live` as the channel opened (one request to the shard), `post` with the join route and then the channel. */
   joinedWith: 'live' | 'post';

@@ -7,7 +7,7 @@ import { getGoods, invalidateGoods } from '../../edge/goods-cache';
 import { goodsView } from '../../edge/goods-view';
 import { goodsStats } from '../../edge/stats';
 import { allowlistShards, goodsSnapshot, initShards, pauseShards } from '../../edge/stock-shards';
-import { commitSeed, pushRoomSettings, queueOf } from '../../edge/waiting-room';
+import { commitSeed, nextQueueSettings, pushRoomSettings, queueOf } from '../../edge/waiting-room';
 import type { Config } from '../../kernel/config';
 import { GoodsId } from '../../kernel/contract';
 import { AppError } from '../../kernel/errors';
@@ -39,6 +39,13 @@ export const admin = new Hono<AppEnv>()
     const body = c.req.valid('json');
     const { shards, ...settings } = body;
     const row = await withDbFor(c.get('config'), async (d) => {
+      if (settings.queue) {
+        const current = await findGoods(d, goodsId);
+        if (!current) {
+          return undefined;
+        }
+        settings.queue = nextQueueSettings(current, settings.queue, Date.now());
+      }
       // The shard count first: a refused change (the sale started) changes nothing else either.
       const resharded = shards === undefined ? undefined : await setGoodsShards(d, goodsId, shards, Date.now());
       if (resharded === 'SALE_STARTED') {

@@ -1,0 +1,144 @@
+import { describe, expect, it } from 'vitest';
+import { roomShardOf } from '../../durable-objects/routing';
+import { ROOM_SHARDS } from '../../workers/kernel/waiting-room';
+import { ADMIN, call, json } from './helpers';
+import { buyWithPass, createQueuedGoods, type Live, openLive, shopper, ticketNow } from './room-helpers';
+
+// A goods' own room shard count (`queue.shards`): where its shoppers land, what the consumer
+// tells, and when the count may change.
+
+type GoodsAnswer = { goodsId: number; queue: { mode: string; admitPerSecond?: number; shards?: number } };
+
+async function put(
+  goodsId: number,
+  queue: Record<string, unknown>,
+): Promise<{ status: number; body: GoodsAnswer & { error?: { code: string } } }> {
+  const res = await call(`/admin/goods/${goodsId}`, { method: 'PUT', headers: ADMIN, json: { queue } });
+  return { status: res.status, body: await json(res) };
+}
+
+async function create(
+  queue: Record<string, unknown>,
+  startAt = Date.now() - 1000,
+): Promise<{ status: number; body: GoodsAnswer & { error?: { code: string } } }> {
+  const res = await call('/admin/goods', {
+    method: 'POST',
+    headers: ADMIN,
+    json: { activityId: 3101, title: 'Sharded room', priceCents: 100, stock: 5, startAt, endAt: startAt + 120_000, queue },
+  });
+  return { status: res.status, body: await json(res) };
+}
+
+async function roomStats(goodsId: number): Promise<{ shards: number; shardsReporting: number; admitted: number; joined: number }> {
+  const res = await call(`/admin/goods/${goodsId}/stats`, { headers: ADMIN });
+  expect(res.status).toBe(200);
+  return (await json<{ queue: { shards: number; shardsReporting: number; admitted: number; joined: number } }>(res)).queue;
+}
+
+describe('a waiting room with its own shard count', () => {
+  it('puts every shopper on the shard of a room of 3, admits them, and brings each result to its channel', async () => {
+    const { goodsId } = await createQueuedGoods({ stock: 6, queue: { mode: 'always', admitPerSecond: 20, passSeconds: 60, shards: 3 } });
+    // Shoppers whose shard in a room of 3 is not their shard in a room of ROOM_SHARDS: routing by
+    // the default count anywhere (the edge, the consumer's result calls) sends them elsewhere.
+    const users: string[] = [];
+    for (let i = 0; users.length < 6; i++) {
+      const u = `room3-${i}`;
+      if (roomShardOf(u, 3) !== roomShardOf(u, ROOM_SHARDS)) {
+        users.push(u);
+      }
+    }
+    expect(new Set(users.map((u) => roomShardOf(u, 3))).size).toBeGreaterThan(1);
+    const shoppers = await Promise.all(users.map(shopper));
+    const lives: Live[] = await Promise.all(shoppers.map((s) => openLive(goodsId, { jwt: s.jwt, join: true })));
+    const joined = await Promise.all(lives.map((l) => l.next((e) => e.type === 'joined')));
+    for (const j of joined) {
+      expect(j).toMatchObject({ state: expect.stringMatching(/^(WAITING|ADMITTED)$/) });
+    }
+    // A polling client reaches the same shard with its ticket.
+    const polled = await ticketNow(goodsId, String(joined[0]?.ticket));
+    expect(polled.ticketId).toBe(joined[0]?.ticketId);
+
+    const admitted = await Promise.all(lives.map((l) => l.next((e) => e.type === 'admitted', 20_000)));
+    const bought = await Promise.all(shoppers.map((s, i) => buyWithPass(s.jwt, goodsId, String(admitted[i]?.pass))));
+    for (const b of bought) {
+      expect(b.statuses).toEqual([200, 202]);
+    }
+    // The consumer tells each shopper's shard in the room of 3: every result reaches its channel.
+    const results = await Promise.all(lives.map((l) => l.next((e) => e.type === 'result', 20_000)));
+    results.forEach((r, i) => {
+      expect(r).toMatchObject({ status: 'SUCCESS', requestId: bought[i]?.requestId });
+    });
+
+    const room = await roomStats(goodsId);
+    expect(room.shards).toBe(3);
+    expect(room.shardsReporting).toBeGreaterThan(0);
+    expect(room.shardsReporting).toBeLessThanOrEqual(3);
+    expect(room.joined).toBe(6);
+    expect(room.admitted).toBe(6);
+    for (const l of lives) {
+      l.close();
+    }
+  });
+
+  it('takes 1-128 shards that can carry the rate, and refuses the rest with 400', async () => {
+    for (const queue of [
+      { mode: 'always', shards: 0 },
+      { mode: 'always', shards: 129 },
+      { mode: 'always', shards: 1.5 },
+      { mode: 'always', shards: '4' },
+      // 500 admissions a second per shard at most.
+      { mode: 'always', shards: 2, admitPerSecond: 1001 },
+      // The default rate (500) on one shard is fine; 501 is not.
+      { mode: 'always', shards: 1, admitPerSecond: 501 },
+    ]) {
+      const { status, body } = await create(queue);
+      expect({ queue, status, code: body.error?.code }).toEqual({ queue, status: 400, code: 'INVALID_INPUT' });
+    }
+    const ok = await create({ mode: 'always', shards: 2, admitPerSecond: 1000 });
+    expect(ok.status).toBe(201);
+    expect(ok.body.queue).toEqual({ mode: 'always', shards: 2, admitPerSecond: 1000 });
+    expect((await roomStats(ok.body.goodsId)).shards).toBe(2);
+  });
+
+  it('keeps the count a PUT leaves out, changes it before the room opens, and refuses a change once it is open', async () => {
+    // Before the room opens (the sale starts in a minute, no pre-queue).
+    const later = await create({ mode: 'always', shards: 4 }, Date.now() + 60_000);
+    expect(later.status).toBe(201);
+    const id = later.body.goodsId;
+    let r = await put(id, { mode: 'always', admitPerSecond: 100 });
+    expect(r.status).toBe(200);
+    expect(r.body.queue).toEqual({ mode: 'always', admitPerSecond: 100, shards: 4 });
+    r = await put(id, { mode: 'auto', shards: 8 });
+    expect(r.status).toBe(200);
+    expect(r.body.queue).toEqual({ mode: 'auto', shards: 8 });
+
+    // A pre-queue opens the room before the start: the count is fixed from then on.
+    const preQueued = await create({ mode: 'always', shards: 4, preQueueSeconds: 600 }, Date.now() + 60_000);
+    r = await put(preQueued.body.goodsId, { mode: 'always', shards: 8, preQueueSeconds: 600 });
+    expect({ status: r.status, code: r.body.error?.code }).toEqual({ status: 409, code: 'SALE_STARTED' });
+
+    // An open room.
+    const open = await create({ mode: 'always', shards: 4 });
+    const openId = open.body.goodsId;
+    r = await put(openId, { mode: 'auto', admitPerSecond: 300 });
+    expect(r.status).toBe(200);
+    expect(r.body.queue).toEqual({ mode: 'auto', admitPerSecond: 300, shards: 4 });
+    r = await put(openId, { mode: 'always', shards: 2 });
+    expect({ status: r.status, code: r.body.error?.code }).toEqual({ status: 409, code: 'SALE_STARTED' });
+    // The kept count must carry a new rate: 4 shards take at most 2,000 a second.
+    r = await put(openId, { mode: 'always', admitPerSecond: 2001 });
+    expect({ status: r.status, code: r.body.error?.code }).toEqual({ status: 400, code: 'INVALID_INPUT' });
+    // Naming the count it has is no change.
+    r = await put(openId, { mode: 'always', shards: 4 });
+    expect(r.status).toBe(200);
+    expect((await roomStats(openId)).shards).toBe(4);
+
+    // A goods made before the setting (no count: ROOM_SHARDS) keeps that count once open.
+    const plain = await create({ mode: 'always' });
+    r = await put(plain.body.goodsId, { mode: 'always', shards: 16 });
+    expect({ status: r.status, code: r.body.error?.code }).toEqual({ status: 409, code: 'SALE_STARTED' });
+    r = await put(plain.body.goodsId, { mode: 'always', shards: ROOM_SHARDS });
+    expect(r.status).toBe(200);
+    expect((await roomStats(plain.body.goodsId)).shards).toBe(ROOM_SHARDS);
+  });
+});
