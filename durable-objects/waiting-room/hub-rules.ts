@@ -114,7 +114,7 @@ export function initialHubState(goods: RoomGoods, now: number): HubState {
 
 /** One shard's report seen from the current cursor: its keys above it, ranks counted from there. */
 /** `quiet`: the shard had nobody waiting and reports its next waiting shopper at once, so its horizon holds nothing back. */
-type Lane = { keys: string[]; ranks: number[]; exact: number; waiting: number; horizon: string; quiet: boolean; covered: number };
+export type Lane = { keys: string[]; ranks: number[]; exact: number; waiting: number; horizon: string; quiet: boolean; covered: number };
 
 function laneOf(r: Reported, cursor: string): Lane {
   const i0 = cursor === '' ? 0 : lowerBound(r.keys.keys, after(cursor));
@@ -134,9 +134,10 @@ function laneOf(r: Reported, cursor: string): Lane {
 /**
  * At least / at most how many of the lane's keys are below `x`, and a best guess: between two
  * sampled keys of one kind, by where `x` falls between them on that kind's number line (join
- * times and draw hashes both spread evenly enough for that).
+ * times and draw hashes both spread evenly enough for that). The rule; `countsBelow` applies it
+ * to many keys at once.
  */
-function countBelow(lane: Lane, x: string): { lower: number; upper: number; guess: number } {
+export function countBelow(lane: Lane, x: string): { lower: number; upper: number; guess: number } {
   const i = lowerBound(lane.keys, x);
   const lower = i === 0 ? 0 : (lane.ranks[i - 1] ?? 0) + 1;
   const upper = Math.max(lower, i >= lane.keys.length ? lane.waiting : (lane.ranks[i] ?? lane.waiting));
@@ -153,8 +154,51 @@ function countBelow(lane: Lane, x: string): { lower: number; upper: number; gues
   return { lower, upper, guess: lower + f * (upper - lower) };
 }
 
-function byKey(a: string, b: string): number {
-  return a < b ? -1 : a > b ? 1 : 0;
+/**
+ * `countBelow`'s lower bound and guess for every key of `xs` (ascending), summed over the lanes:
+ * one pass over each lane, every key's kind and value read once, nothing allocated per pair. The
+ * marks need it for every sampled key, about 290 per busy shard: key by key, 128 shards'
+ * decision took 0.6 s.
+ */
+export function countsBelow(lanes: readonly Lane[], xs: readonly string[]): { lower: Float64Array; guess: Float64Array } {
+  const lower = new Float64Array(xs.length);
+  const guess = new Float64Array(xs.length);
+  const [xKinds, xValues] = kindsAndValues(xs);
+  for (const lane of lanes) {
+    const { keys, ranks, waiting } = lane;
+    const [kinds, values] = kindsAndValues(keys);
+    let i = 0;
+    for (let j = 0; j < xs.length; j++) {
+      const x = xs[j] ?? '';
+      while (i < keys.length && (keys[i] ?? '') < x) {
+        i++;
+      }
+      const lo = i === 0 ? 0 : (ranks[i - 1] ?? 0) + 1;
+      const up = Math.max(lo, i >= keys.length ? waiting : (ranks[i] ?? waiting));
+      let g = (lo + up) / 2;
+      if (up !== lo && i > 0 && i < keys.length) {
+        const a = values[i - 1] ?? 0;
+        const b = values[i] ?? 0;
+        if (kinds[i - 1] === kinds[i] && kinds[i] === xKinds[j] && b > a) {
+          g = lo + Math.min(1, Math.max(0, ((xValues[j] ?? 0) - a) / (b - a))) * (up - lo);
+        }
+      }
+      lower[j] = (lower[j] ?? 0) + lo;
+      guess[j] = (guess[j] ?? 0) + g;
+    }
+  }
+  return { lower, guess };
+}
+
+function kindsAndValues(keys: readonly string[]): [string[], Float64Array] {
+  const kinds: string[] = new Array(keys.length);
+  const values = new Float64Array(keys.length);
+  for (let k = 0; k < keys.length; k++) {
+    const v = keyValue(keys[k] ?? '');
+    kinds[k] = v.kind;
+    values[k] = v.value;
+  }
+  return [kinds, values];
 }
 
 /**
@@ -246,10 +290,11 @@ export function decide(
       horizon = l.horizon;
     }
   }
+  // Sorted without a comparator: code-unit order, the keys' own order (`<`), and faster.
   const front = lanes
     .flatMap((l) => l.keys.slice(0, l.exact))
     .filter((k) => k < horizon)
-    .sort(byKey);
+    .sort();
   const outstanding = fresh.reduce((s, r) => s + r.outstanding, 0) + lanes.reduce((s, l) => s + l.covered, 0);
   // Admissions take the strict figure; the sold-out line also counts purchases settled lately,
   // whose shoppers may still look outstanding (a line drawn too early would send away shoppers
@@ -287,15 +332,9 @@ export function decide(
   const waiting = Math.max(0, lanes.reduce((s, l) => s + l.waiting, 0) - n);
   const preQueued = fresh.reduce((s, r) => s + r.unkeyed, 0);
   // Reported keys beyond what is known exactly: their places are estimated from each shard's sample.
-  const sampled = [...new Set(lanes.flatMap((l) => l.keys).filter((k) => k >= horizon))].sort(byKey);
-  const bounds = (x: string) =>
-    lanes.reduce(
-      (b, l) => {
-        const c = countBelow(l, x);
-        return { lower: b.lower + c.lower, guess: b.guess + c.guess };
-      },
-      { lower: -n, guess: -n },
-    );
+  const sampled = [...new Set(lanes.flatMap((l) => l.keys).filter((k) => k >= horizon))].sort();
+  // Shoppers ahead of a sampled key, every lane counted (the n admitted now no longer are).
+  const lowerAt = (x: string) => lanes.reduce((sum, l) => sum + countBelow(l, x).lower, 0) - n;
 
   let found: string | null = null;
   if (ended) {
@@ -305,14 +344,26 @@ export function decide(
   } else if (left < rest.length) {
     found = rest[left] ?? null;
   } else {
-    found = sampled.find((x) => bounds(x).lower >= left) ?? null;
+    // The first sampled key with `left` shoppers surely ahead (the count only grows along the keys).
+    let lo = 0;
+    let hi = sampled.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (lowerAt(sampled[mid] ?? '') >= left) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    found = sampled[lo] ?? null;
   }
   // The later of this line and the last one: both decisions must agree that a ticket is out.
   const line = ended ? '' : found === null || state.lastLine === null ? null : found > state.lastLine ? found : state.lastLine;
 
+  const guesses = countsBelow(lanes, sampled).guess;
   const marks = thin({
     keys: [...rest, ...sampled],
-    counts: [...rest.map((_, i) => i), ...sampled.map((x) => Math.round(bounds(x).guess))],
+    counts: [...rest.map((_, i) => i), ...sampled.map((_, j) => Math.round((guesses[j] ?? 0) - n))],
   });
 
   const admittedTotal = fresh.reduce((s, r) => s + r.admitted, 0);

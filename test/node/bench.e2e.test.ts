@@ -64,7 +64,15 @@ type Result = {
     purchasesPerCall: number | null;
     objectCalls: Record<string, Record<string, { calls: number; items: number }>>;
   };
-  queue: { shoppers: number; joined: number; admitted: number; accepted: number; liveMessages: number; timedOut: number };
+  queue: {
+    shoppers: number;
+    joined: number;
+    admitted: number;
+    accepted: number;
+    liveMessages: number;
+    timedOut: number;
+    coordinator: { shards: number; waiting: number; reportKB: number; ms: number }[];
+  };
   classic: { skipped: string } | (Phase & { accepted: number; invariants: { ok: boolean } });
   profile: Record<string, { busyPct: number; allocatedKbPerRequest: number | null }>;
 };
@@ -183,6 +191,13 @@ describe('npm run bench', () => {
     expect(reserve?.items).toBeGreaterThanOrEqual(latest.shards.accepted);
     expect(latest.shards.purchasesPerCall).toBeGreaterThan(0);
     expect(latest.queue).toMatchObject({ shoppers: 60, joined: 60, admitted: 60, accepted: 60, timedOut: 0 });
+    // The coordinator's decision measured at the default and the largest room shard count.
+    expect(latest.queue.coordinator.map((d) => d.shards)).toEqual([32, 128]);
+    for (const d of latest.queue.coordinator) {
+      expect(d.waiting).toBeGreaterThanOrEqual(100_000);
+      expect(d.ms).toBeGreaterThan(0);
+      expect(d.reportKB).toBeGreaterThan(0);
+    }
     expect(latest.queue.liveMessages).toBeGreaterThanOrEqual(60);
     for (const name of ['8 shards', 'waiting room', 'object delay 50 ms', 'object CPU']) {
       expect(latest.invariants.checks.filter((c) => c.goods === name).length).toBeGreaterThan(0);

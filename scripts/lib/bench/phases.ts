@@ -4,6 +4,7 @@
 // the classic stack. Each returns its numbers and the goods whose invariants bench.ts checks.
 
 import type { ObjectCallCounts } from '../../../workers/kernel/object-calls.ts';
+import { MAX_ROOM_SHARDS, ROOM_SHARDS } from '../../../workers/kernel/waiting-room.ts';
 import { type AdminApi, liveOrders } from '../load/admin.ts';
 import type { HttpClient } from '../load/http-client.ts';
 import { round } from '../load/metrics.ts';
@@ -27,6 +28,7 @@ import type { BenchOptions } from './options.ts';
 import { workerCpuMs } from './process-cpu.ts';
 import type { Profiler } from './profile.ts';
 import { type QueuePhase, runQueuePhase } from './room.ts';
+import { decisionCost } from './room-decision.ts';
 
 export type BenchContext = {
   o: BenchOptions;
@@ -267,7 +269,12 @@ export async function queuePhase(c: BenchContext): Promise<{ result: QueuePhase;
     joinWithPost: c.o.joinWithPost,
   });
   return {
-    result: { ...phase, ...(shards ? { roomShards: shards } : {}) },
+    // The coordinator's price of a room's shard count, beside what the room did.
+    result: {
+      ...phase,
+      ...(shards ? { roomShards: shards } : {}),
+      coordinator: [ROOM_SHARDS, MAX_ROOM_SHARDS].map((s) => decisionCost(s)),
+    },
     goods: [{ name: 'waiting room', goodsId: goods.goodsId, accepted }],
   };
 }

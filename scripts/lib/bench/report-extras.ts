@@ -138,6 +138,16 @@ export function formatExtras(r: Extras): string[] {
             `over the ${fmt(q.admittedWhileQueued.seconds)} s the line held two seconds' worth`
         : '  admission rate: the line never held two seconds of it (the joins set the pace)',
     );
+    const refused = Object.entries(q.refused ?? {}).filter(([why]) => why !== 'sold out in line');
+    if (refused.length > 0) {
+      lines.push(`  refused: ${refused.map(([why, n]) => `${fmt(n)} ${why}`).join(', ')}`);
+    }
+    if (q.coordinator?.length) {
+      lines.push(
+        `  the coordinator's decision over full reports of ${fmt(q.coordinator[0]?.waiting)} waiting (its rules in this process): ` +
+          q.coordinator.map((d) => `${fmt(d.ms, 1)} ms over ${fmt(d.shards)} shards (${fmt(d.reportKB, 1)} KB a report)`).join(', '),
+      );
+    }
   }
   return lines;
 }

@@ -8,12 +8,15 @@ import type { HttpClient } from '../load/http-client.ts';
 import { percentiles, round } from '../load/metrics.ts';
 import { challengeAnswer } from '../load/shoppers.ts';
 import type { BenchUser } from './mint.ts';
+import type { DecisionCost } from './room-decision.ts';
 
 export type QueuePhase = {
   shoppers: number;
   admitPerSecond: number;
   /** The room's shard count when the bench set one (`--room-shards`); absent: the default. */
   roomShards?: number;
+  /** One decision of the coordinator over full reports, at the default and the largest shard count (room-decision.ts). */
+  coordinator?: DecisionCost[];
   joined: number;
   /** How shoppers joined: `live` as the channel opened (one request to the shard), `post` with the join route and then the channel. */
   joinedWith: 'live' | 'post';
@@ -176,7 +179,8 @@ export async function runQueuePhase(o: {
         failed(`join ${response.statusCode ?? 'failed'}`);
         socket.terminate();
       });
-      socket.on('error', () => failed('join failed'));
+      // The socket's error code says whose fault (ECONNRESET: the runtime dropped it), not just that it failed.
+      socket.on('error', (error: Error & { code?: string }) => failed(`join failed${error.code ? ` (${error.code})` : ''}`));
       socket.on('close', () => failed('join closed'));
       socket.on('message', (data) => {
         liveMessages++;
