@@ -216,6 +216,14 @@ export function sqlOverHttp({ allow }: { allow: Iterable<string> }): SqlOverHttp
     pool = new pg.Pool({ connectionString, max: POOL_MAX, idleTimeoutMillis: 30_000 });
     // An idle client's socket error must not take the bridge down; the pool drops that client.
     pool.on('error', () => {});
+    // Nor a checked-out one's: the pool hears only idle clients, and a server that ends its
+    // connections (a restart, pg_terminate_backend) sends each a FATAL 57P01, which a client with
+    // no statement running emits as an 'error' event. Its next statement fails, the request
+    // releases it as broken, and the pool drops it (a Postgres outage in the chaos run killed
+    // the whole process here).
+    pool.on('connect', (client) => {
+      client.on('error', () => {});
+    });
     pools.set(connectionString, pool);
     return pool;
   }
