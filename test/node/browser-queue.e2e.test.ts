@@ -183,6 +183,8 @@ describe.skipIf(!HAVE_CHROMIUM)('the waiting room in Chromium', () => {
     await expect.poll(async () => Number(await field('queueWaiting')), ADMIT).toBeGreaterThan(0);
     expect(await field('queueRate')).toMatch(/^\d+$/);
     expect(await field('queueLastEta')).toMatch(/^\d+ s$/);
+    // The room's default shard count, some of them reporting the forty in line.
+    expect(await field('queueShards')).toMatch(/^[1-9]\d* of 32$/);
     expect(await field('queueActive')).toBe('Line on');
     expect(await mode('always').getAttribute('aria-pressed')).toBe('true');
     await card.scrollIntoViewIfNeeded();

@@ -61,6 +61,11 @@ export class QueuePanel {
     this.field('queueRate').textContent = formatCount(q?.admittedPerSecond, i18n.locale);
     this.field('queueLastEta').textContent =
       q?.lastEtaSeconds === undefined ? '–' : i18n.t('queueSeconds', { s: Math.round(q.lastEtaSeconds) });
+    // Shards well below the count while shoppers wait: shards that cannot reach the coordinator (the line holds).
+    this.field('queueShards').textContent =
+      q?.shards === undefined
+        ? '–'
+        : i18n.t('queueShardsOf', { reporting: formatCount(q.shardsReporting, i18n.locale), shards: formatCount(q.shards, i18n.locale) });
     for (const button of this.buttons()) {
       button.setAttribute('aria-pressed', String(button.dataset.mode === this.mode));
       button.setAttribute('aria-disabled', String(this.busy));

@@ -133,6 +133,9 @@ export const Stats = z.object({
       admittedPerSecond: z.number(),
       lastEtaSeconds: z.optional(z.number()),
       admitted: z.optional(z.number()),
+      /** The room's shard count, and how many of them reported lately. */
+      shards: z.optional(z.number()),
+      shardsReporting: z.optional(z.number()),
     }),
   ),
   /** The queue's settings, which the mode switch keeps. */
