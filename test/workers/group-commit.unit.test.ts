@@ -131,8 +131,11 @@ describe('group commit', () => {
   it('has only the first in line look every pollMs; the others look less often, and every answer still arrives', async () => {
     // Two lanes held out at once, one backing off and one looking every millisecond. A timer
     // fires late on a loaded machine, never early, so the backing-off lane's looks have a
-    // ceiling that depends only on the time waited; the control shows the machine could look far
-    // more often. (A ratio of the two failed under load: the control's 1 ms timers lost more.)
+    // ceiling that depends only on the time waited. Beside the control, lateness narrows the
+    // gap (both lanes' timers are late by about as much: 1 + d against 8 + d ms) but keeps it
+    // while d stays under about 18 ms; a lane without backoff looks as often as the control.
+    // (Two earlier forms failed under load: a third of the control's looks, and the control
+    // above the ceiling, which a rehearsal's loaded machine kept it under: 719 in 208 ms.)
     const started = Date.now();
     const backoff = manualSend();
     const everyMs = manualSend();
@@ -159,10 +162,8 @@ describe('group commit', () => {
     // Twenty waiters: the first looks every 1 ms, the other 19 after 1, 2 and 4 ms and then every
     // 8 ms (the looks counted are at most the time over the interval, plus the ramp's three).
     const ceiling = waited + 1 + 19 * (waited / 8 + 4);
-    expect(gcEveryMs.looks, `${gcEveryMs.looks} looks every 1 ms, ${gcBackoff.looks} backing off, in ${waited} ms`).toBeGreaterThan(
-      ceiling,
-    );
     expect(gcBackoff.looks, `${gcBackoff.looks} looks backing off in ${waited} ms`).toBeLessThanOrEqual(ceiling);
+    expect(gcBackoff.looks, `${gcBackoff.looks} looks backing off, ${gcEveryMs.looks} every 1 ms`).toBeLessThan(gcEveryMs.looks * 0.75);
     // The first in line still leads as soon as the batch out comes back.
     backoff.batches[0]?.answer(['r0']);
     everyMs.batches[0]?.answer(['r0']);
