@@ -8,7 +8,7 @@ import type {
   ShopperResult,
   TicketView,
 } from '../../workers/kernel/waiting-room';
-import { RoomGoods as RoomGoodsSchema } from '../../workers/kernel/waiting-room';
+import { ROOM_SHARDS, RoomGoods as RoomGoodsSchema } from '../../workers/kernel/waiting-room';
 import { roomHub } from '../routing';
 import { RoomHub } from './hub';
 import { FAIRNESS_RULE } from './rules';
@@ -43,6 +43,8 @@ export class WaitingRoom extends DurableObject<Env> {
   private shard(goods?: RoomGoods, index?: number): ShardRoom {
     this.shardRole ??= new ShardRoom(this.ctx, this.env, this.store);
     if (goods && index !== undefined) {
+      // An edge of an earlier build sends no shard count: it routes over ROOM_SHARDS.
+      goods.shards ??= ROOM_SHARDS;
       this.shardRole.see(goods, index);
       this.shardRole.catchUp(Date.now());
     }

@@ -3,17 +3,9 @@ import { randomId } from '../../workers/kernel/crypto';
 import { log } from '../../workers/kernel/log';
 import { ticketAnswer } from '../../workers/kernel/room-seal';
 import { sleep } from '../../workers/kernel/sleep';
-import {
-  type JoinOutcome,
-  opensAt,
-  ROOM_SHARDS,
-  RoomGoods,
-  type Round,
-  type ShopperResult,
-  type TicketView,
-} from '../../workers/kernel/waiting-room';
+import { type JoinOutcome, opensAt, RoomGoods, type Round, type ShopperResult, type TicketView } from '../../workers/kernel/waiting-room';
 import { roomHub } from '../routing';
-import { Book, type Ticket, toRow } from './book';
+import { type Ticket, toRow } from './book';
 import { acceptLive, attachmentOf, due, pushResults, resultEvent, send, sent, stateEvent, userTag } from './live';
 import { arrivalKey, shuffleKey } from './rules';
 import { Standing, TICK_MS } from './standing';
@@ -23,12 +15,7 @@ import { ShardCounters as Counters, type RoomStorage } from './storage';
 const SOLD_OUT_TICK_MS = 5_000;
 /** The close code of a live channel whose join the shard refused (the reason names why: NOT_STARTED, ENDED). */
 const JOIN_REFUSED_CLOSE = 4409;
-/**
- * An alarm this late is run by the shard's next call instead (catchUp). While joining upgrades
- * (GET .../live?join=1) kept coming, the runtime was seen not to deliver a shard's alarm, stored
- * and overdue, until they stopped: in the bench's queue phase rounds decided from the second
- * second on reached the shoppers at the thirteenth.
- */
+/** An alarm this late is run by the shard's next call instead (catchUp): see docs/waiting-room.md on joining upgrades. */
 const OVERDUE_ALARM_MS = 250;
 /** A shard forgets a sale's tickets this long after it ended. */
 const FORGET_AFTER_MS = 24 * 3600_000;
@@ -68,8 +55,6 @@ export class ShardRoom {
 
   /** The goods' latest settings, as the edge sent them. */
   see(goods: RoomGoods, shard: number): RoomGoods {
-    // An edge of an earlier build sends no shard count: it routes over ROOM_SHARDS.
-    goods.shards ??= ROOM_SHARDS;
     if (JSON.stringify(goods) !== JSON.stringify(this.s.goods)) {
       this.s.goods = goods;
       this.store.saveState('goods', goods);
@@ -298,10 +283,8 @@ export class ShardRoom {
   /** A sale long over: its tickets and results go (the order history lives in Postgres). */
   private forget(): void {
     this.store.clear();
-    this.s.book = new Book();
-    this.s.results.clear();
+    this.s.clear();
     this.pending = [];
-    this.s.hub = undefined;
   }
 
   /** Sets the one alarm to `at` unless an earlier one is already set. */

@@ -151,6 +151,13 @@ export class Standing {
     return n;
   }
 
+  /** Forgets every ticket, result and reply (a sale long over). */
+  clear(): void {
+    this.book = new Book();
+    this.results.clear();
+    this.hub = undefined;
+  }
+
   /** Shoppers in the whole room that one of this shard's stands for (the room's shard count). */
   private spread(): number {
     return this.goods?.shards ?? ROOM_SHARDS;

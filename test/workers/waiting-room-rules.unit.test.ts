@@ -1,14 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import {
-  countBelow,
-  countsBelow,
-  decide,
-  type HubState,
-  initialHubState,
-  type Lane,
-  type Reported,
-  type Stock,
-} from '../../durable-objects/waiting-room/hub-rules';
+import { countBelow, countsBelow, type Lane } from '../../durable-objects/waiting-room/counts';
+import { decide, type HubState, initialHubState, type Reported, type Stock } from '../../durable-objects/waiting-room/hub-rules';
 import {
   after,
   arrivalKey,
