@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { cloudflareTest } from '@cloudflare/vitest-pool-workers';
 import { defineConfig } from 'vitest/config';
+import FailuresReporter from './test/setup/failures-reporter';
 import { OWN_DATABASE_FILES, type WorkerServices } from './test/setup/services';
 
 /** The committed local defaults (.dev.vars.example), so a fresh clone tests as it runs. */
@@ -92,7 +93,14 @@ export default defineConfig({
   test: {
     // Once for the whole run: what the Worker tests talk to (the projects inherit what it provides).
     globalSetup: ['./test/setup/services.ts'],
-    reporters: process.env.VITEST_JSON ? ['default', ['json', { outputFile: process.env.VITEST_JSON }]] : ['default'],
+    // With VITEST_JSON (CI), a JSON report and, beside it, the failures it names no reason for.
+    reporters: process.env.VITEST_JSON
+      ? [
+          'default',
+          ['json', { outputFile: process.env.VITEST_JSON }],
+          new FailuresReporter(process.env.VITEST_JSON.replace(/\.json$/, '.failures.txt')),
+        ]
+      : ['default'],
     projects: [
       // Three files at a time: each goods a file makes is its own, and nothing else they share
       // changes under them. Most of a file's time is waiting on a queue batch, an alarm or a

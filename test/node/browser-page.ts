@@ -139,7 +139,7 @@ export function browserSuite(use: (stack: Stack, browser: Browser) => void): Pag
     stack = await startStack();
     browser = await launchChromium();
     use(stack, browser);
-  }, 180_000);
+  }, 300_000);
   afterAll(async () => {
     await browser?.close();
     await stack?.stop();

@@ -148,7 +148,8 @@ export async function startStack(): Promise<Stack> {
   };
 
   const ready = await new Promise<boolean>((resolve) => {
-    const timer = setTimeout(() => resolve(false), 150_000);
+    // About 20 s alone; a loaded CI machine beside two other stacks has taken several times that.
+    const timer = setTimeout(() => resolve(false), 240_000);
     const check = () => {
       if (output.includes('[dev] edge-seckill is running at')) {
         clearTimeout(timer);
