@@ -168,15 +168,24 @@ describe('stock shards: releases and the pool', () => {
     await eventually(async () => sends.length > 0, 5_000);
     sends.length = 0;
     const started = Date.now();
-    // Two calls at once, as two isolates' batches arrive: one after the other, a busy machine could
-    // put more than the wait between them.
-    const outcomes = await Promise.all([stub.reserveMany(goodsId, [item(a, 1)], shard), stub.reserveMany(goodsId, [item(b, 2)], shard)]);
+    // Two calls at once, as two isolates' batches arrive. Each call's answer comes after its
+    // commit, so a call answered before the pack left was committed before the pack was read.
+    const answeredAt: number[] = [];
+    const reserve = async (userId: string | undefined, n: number) => {
+      const outcome = await stub.reserveMany(goodsId, [item(userId, n)], shard);
+      answeredAt.push(Date.now());
+      return outcome;
+    };
+    const outcomes = await Promise.all([reserve(a, 1), reserve(b, 2)]);
     expect(outcomes.flat().map((o) => o.ok)).toEqual([true, true]);
-    await eventually(async () => sends.length > 0, 5_000);
-    // One of 8 shards waits 8 x SEND_COALESCE_MS (a timer never fires early), and the two calls'
-    // orders leave in one pack.
-    expect((sends[0]?.at ?? 0) - started).toBeGreaterThanOrEqual(coalesceMs(SHARDS));
-    expect(sends[0]?.orders).toBe(2);
+    await eventually(async () => sends.reduce((n, s) => n + s.orders, 0) === 2, 5_000);
+    // One of 8 shards waits 8 x SEND_COALESCE_MS (a timer never fires early) from the first call's
+    // commit, and every order committed in that wait leaves in its pack: both, unless a loaded
+    // machine delivered the second call after the wait (a rehearsal did once; its pack then has
+    // a wait of its own).
+    const first = sends[0]?.at ?? 0;
+    expect(first - started).toBeGreaterThanOrEqual(coalesceMs(SHARDS));
+    expect(sends[0]?.orders).toBeGreaterThanOrEqual(Math.max(1, answeredAt.filter((at) => at < first).length));
   });
 
   it('a timed-out order gives its unit back to its shard, and a shopper of another shard buys it', async () => {
