@@ -1,6 +1,6 @@
 import type { Ladder, RoomGoods, Round, ShardReport } from '../../workers/kernel/waiting-room';
 import { countBelow, countsBelow, type Lane } from './counts';
-import { after, lowerBound, NOTHING, timeHorizon } from './rules';
+import { after, etaSeconds, LEAD_MARGIN_MS, lowerBound, NOTHING, timeHorizon } from './rules';
 
 // The coordinator's decision, pure: from the shards' latest reports, the stock and the clock,
 // where the one admission cursor goes next, which waiting keys can no longer get a unit (the
@@ -67,21 +67,8 @@ const AUTO_QUIET_MS = 5_000;
  * of a true sell-out (see `left` in decide).
  */
 const SETTLE_LAG_MS = 10_000;
-/** A round takes effect a tick and this much after its decision: every shard, reporting once a tick, has heard of it by then. */
-export const LEAD_MARGIN_MS = 250;
 /** A decision admits at most this many ticks' worth of the rate, however long since the last. */
 const BUCKET_TICKS = 2;
-
-/**
- * How long after the line could take a shopper the admission reaches them, on average: their
- * key reaches this object with their shard's next report (half a tick), waits for the next
- * decision (half a tick; a key fresher than FRESH_JOIN_GRACE_MS one more), and the round takes
- * effect a tick and LEAD_MARGIN_MS after it. An ETA that counted one tick promised admissions
- * about 1.3 s early on average (the bench's queue phase).
- */
-export function admissionLagMs(tickMs: number): number {
-  return 2 * tickMs + LEAD_MARGIN_MS;
-}
 
 /** Whether a room holds shoppers in line before its coordinator has said anything. */
 export function defaultActive(goods: RoomGoods, now: number): boolean {
@@ -126,7 +113,25 @@ function laneOf(r: Reported, cursor: string): Lane {
     horizon: r.horizon,
     quiet: r.quiet === true,
     covered: base + r.covered,
+    // The shard's clock, which stamped its keys (a shard of an earlier build sends neither: its
+    // report counts from when it came, at the others' pace).
+    reportedAt: r.at ?? r.receivedAt,
+    ...(r.joinsPerSecond !== undefined ? { joinsPerMs: r.joinsPerSecond / 1000 } : {}),
   };
+}
+
+/**
+ * Every busy lane with a join pace: a shard whose line is too young to measure one (its first
+ * report, at its first shopper) takes the others' mean, as the shoppers spread evenly over the
+ * shards (by the hash of their id). Quiet lanes report their next shopper at once and need none.
+ */
+function withPace(lanes: Lane[]): Lane[] {
+  const known = lanes.filter((l) => !l.quiet && l.joinsPerMs !== undefined);
+  if (known.length === 0 || known.length === lanes.length) {
+    return lanes;
+  }
+  const mean = known.reduce((s, l) => s + (l.joinsPerMs ?? 0), 0) / known.length;
+  return lanes.map((l) => (l.quiet || l.joinsPerMs !== undefined ? l : { ...l, joinsPerMs: mean }));
 }
 
 /**
@@ -208,7 +213,7 @@ export function decide(
   tickMs: number,
 ): { state: HubState; view: HubView } {
   const fresh = reports.filter((r) => now - r.receivedAt <= STALE_REPORT_MS);
-  const lanes = fresh.map((r) => laneOf(r, state.cursor));
+  const lanes = withPace(fresh.map((r) => laneOf(r, state.cursor)));
   // Below the lowest horizon every waiting key of every shard is known (strings: no Math.min).
   // A quiet shard's next key reaches this object before its shopper hears of the join, so it
   // holds nothing back: keys fresher than the grace wait for the next decision anyway.
@@ -322,7 +327,7 @@ export function decide(
       remaining: stock?.remaining ?? 0,
       outstanding: outstanding + n,
       admittedPerSecond,
-      lastEtaSeconds: Math.ceil((waiting + preQueued) / capacity + admissionLagMs(tickMs) / 1000),
+      lastEtaSeconds: etaSeconds(Math.max(0, waiting + preQueued - 1), capacity, now, now, tickMs),
     },
   };
 }

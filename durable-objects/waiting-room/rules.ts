@@ -161,8 +161,49 @@ export function placeOf(key: string, marks: Ladder, own: readonly string[], ownS
   return base + Math.round(Math.min(1, Math.max(0, fraction)) * (span - 1));
 }
 
-/** Seconds until a shopper with `position` ahead is admitted, at `rate` per second, `lagMs` after the line reaches them (admissionLagMs). */
-export function etaSeconds(position: number, rate: number, now: number, startAt: number, lagMs: number): number {
+/**
+ * The pace of joins into a shard's line (`waiting`, in order), for ShardReport.joinsPerSecond:
+ * its arrival keys of the last two ticks, or of the time since its oldest one when that is
+ * shorter, a second (the pre-queue's keys sort before them and are not arrivals). None for
+ * arrivals younger than half a tick: a line's first shoppers of a moment say nothing of its
+ * next second.
+ */
+export function joinPace(waiting: readonly string[], now: number, tickMs: number): { joinsPerSecond?: number } {
+  const oldest = waiting[lowerBound(waiting, timeHorizon(0))];
+  if (oldest === undefined) {
+    return {};
+  }
+  const span = Math.min(2 * tickMs, now - keyValue(oldest).value);
+  if (span < tickMs / 2) {
+    return {};
+  }
+  return { joinsPerSecond: ((waiting.length - lowerBound(waiting, timeHorizon(now - span))) * 1000) / span };
+}
+
+/** A round takes effect a tick and this much after its decision: every shard, reporting once a tick, has heard of it by then. */
+export const LEAD_MARGIN_MS = 250;
+
+/**
+ * How long after the line could take a shopper at its front the admission reaches them, on
+ * average: their key reaches the coordinator with their shard's next report (half a tick), waits
+ * for the next decision (half a tick), and the round takes effect a tick and LEAD_MARGIN_MS
+ * after it. An ETA that counted one tick promised admissions about 1.3 s early on average (the
+ * bench's queue phase).
+ */
+export function admissionLagMs(tickMs: number): number {
+  return 2 * tickMs + LEAD_MARGIN_MS;
+}
+
+/**
+ * Seconds until a shopper with `position` ahead is admitted at `rate` a second, to the nearest.
+ * At the front of the line, the admission lag; further back, the coordinator knows their key long
+ * before the line reaches it, and what is left is the line at the rate and the round's lead: a
+ * tick and LEAD_MARGIN_MS after its decision, less half a tick, as each decision admits what the
+ * rate accrued since the one before (the bench's line of 4,000 at 200 a second: admitted about
+ * 1 s after its place at the rate, where the front's lag promised 2.25 s).
+ */
+export function etaSeconds(position: number, rate: number, now: number, startAt: number, tickMs: number): number {
   const untilStart = Math.max(0, startAt - now);
-  return Math.ceil((untilStart + lagMs) / 1000 + (position + 1) / Math.max(1, rate));
+  const line = ((position + 1) * 1000) / Math.max(1, rate);
+  return Math.round((untilStart + Math.max(admissionLagMs(tickMs), line + tickMs / 2 + LEAD_MARGIN_MS)) / 1000);
 }

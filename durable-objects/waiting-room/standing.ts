@@ -9,8 +9,8 @@ import {
   type TicketView,
 } from '../../workers/kernel/waiting-room';
 import { Book, type Ticket } from './book';
-import { activeAt, admissionLagMs, defaultActive } from './hub-rules';
-import { after, etaSeconds, exactKeysFor, NOTHING, placeOf, reportKeys, timeHorizon } from './rules';
+import { activeAt, defaultActive } from './hub-rules';
+import { after, etaSeconds, exactKeysFor, joinPace, NOTHING, placeOf, reportKeys, timeHorizon } from './rules';
 
 /** How often a busy shard reports to the coordinator. */
 export const TICK_MS = 1_000;
@@ -59,6 +59,8 @@ export class Standing {
       outstanding: this.outstanding(now),
       round: this.knownRound,
       quiet: beyond.length === 0 && unkeyed === 0,
+      at: now,
+      ...joinPace(beyond, now, TICK_MS),
     };
   }
 
@@ -115,7 +117,7 @@ export class Standing {
       userId: t.userId,
       state,
       position,
-      etaSeconds: state === 'WAITING' ? etaSeconds(position, rate, now, goods?.startAt ?? 0, admissionLagMs(TICK_MS)) : 0,
+      etaSeconds: state === 'WAITING' ? etaSeconds(position, rate, now, goods?.startAt ?? 0, TICK_MS) : 0,
       remaining: this.hub?.remaining ?? 0,
       orderKey: t.key,
       preQueue: t.pre,

@@ -6,7 +6,9 @@ import {
   arrivalKey,
   drawOrder,
   EXACT_KEYS,
+  etaSeconds,
   exactKeysFor,
+  joinPace,
   lowerBound,
   NOTHING,
   placeOf,
@@ -480,5 +482,75 @@ describe('a shopper place, estimated from the marks', () => {
     }
     console.log('WORST', worst);
     expect(worst).toBeLessThan(0.03);
+  });
+
+  it('places a shopper who joins now behind everyone who joined before, though the shards reported in turn', () => {
+    // 600 joins a second for 6 s over 32 shards; each shard reported last at its own moment of
+    // the last second, as their ticks fall, and a decision at the end gives the marks. Each
+    // shard's next shopper is then placed from them.
+    const random = rng(5);
+    const shards = 32;
+    const g = goods({ shards, admitPerSecond: 100, paused: true });
+    const start = 1_000;
+    const end = start + 6_000;
+    const joins = Array.from({ length: 3_600 }, (_, i) => {
+      const at = start + Math.floor((i * 1_000) / 600);
+      return { at, shard: Math.floor(random() * shards), key: arrivalKey(at, `u${String(i).padStart(5, '0')}`) };
+    });
+    const ownBefore = (s: number, t: number) => joins.filter((j) => j.shard === s && j.at < t).map((j) => j.key);
+    const reports = Array.from({ length: shards }, (_, s) => {
+      const at = end - Math.floor((s * 1_000) / shards);
+      const own = ownBefore(s, at);
+      return { ...report({ waiting: own, admitted: [], known: 0, cursor: '' }, s, at, g), at, ...joinPace(own, at, TICK) };
+    });
+    const stock = { remaining: 1_000_000, queued: 0, confirmed: 0 };
+    const placed = (reported: Reported[]) => {
+      const { view } = decide(initialHubState(g, 0), reported, g, stock, 0, end, TICK);
+      const errors = Array.from({ length: shards }, (_, s) => {
+        const key = arrivalKey(end, `next-${s}`);
+        const own = [...ownBefore(s, end), key];
+        return Math.abs(placeOf(key, view.marks, own, 0, shards) - joins.length) / joins.length;
+      });
+      return { mean: errors.reduce((a, b) => a + b, 0) / errors.length, worst: Math.max(...errors) };
+    };
+    // Counting nobody for the shards' joins since their reports put them 8% (about 290 places)
+    // too far forward.
+    const paced = placed(reports);
+    console.log('fresh joiners', paced);
+    expect(paced.mean).toBeLessThan(0.02);
+    expect(paced.worst).toBeLessThan(0.04);
+    // Shards that could not yet say their pace (a first report, an earlier build) take the others'.
+    const someUnpaced = placed(reports.map((r, s) => (s % 2 === 0 ? { ...r, joinsPerSecond: undefined } : r)));
+    expect(someUnpaced.mean).toBeLessThan(0.02);
+    expect(someUnpaced.worst).toBeLessThan(0.04);
+  });
+
+  it('promises the front of the line the admission lag, and a shopper further back the line at the rate and the round lead', () => {
+    // The front: the next report, the next decision and the round's lead, 2.25 s.
+    expect(etaSeconds(0, 100, 0, 0, TICK)).toBe(2);
+    expect(etaSeconds(149, 100, 0, 0, TICK)).toBe(2);
+    // 1,000 back at 100 a second: 10 s of line and 0.75 s of lead (it was 2.25 s, rounded up:
+    // 13 s, where the bench admitted such shoppers about 1 s after their place at the rate).
+    expect(etaSeconds(999, 100, 0, 0, TICK)).toBe(11);
+    // Before the start, the wait for it too.
+    expect(etaSeconds(999, 100, 0, 30_000, TICK)).toBe(41);
+    // The ETA never goes up as the place comes down.
+    const etas = Array.from({ length: 400 }, (_, i) => etaSeconds(399 - i, 50, 0, 0, TICK));
+    expect(etas.every((e, i) => i === 0 || e <= (etas[i - 1] ?? e))).toBe(true);
+  });
+
+  it('reports a join pace over the last two ticks of arrivals, none for a line too young to have one', async () => {
+    const now = 100_000;
+    const line = Array.from({ length: 60 }, (_, i) => arrivalKey(now - 3_000 + i * 50, `a${i}`));
+    // 20 a second: 40 of the keys are within the last 2 s.
+    expect(joinPace(line, now, TICK)).toEqual({ joinsPerSecond: 20 });
+    // A line that began 1 s ago: its pace over that second.
+    expect(joinPace(line.slice(40), now, TICK)).toEqual({ joinsPerSecond: 20 });
+    // Its first shopper of a moment ago, or only the pre-queue: no pace.
+    expect(joinPace([arrivalKey(now - 100, 'x')], now, TICK)).toEqual({});
+    const pre = await shuffleKey('d'.repeat(64), 'p1');
+    expect(joinPace([pre], now, TICK)).toEqual({});
+    // The pre-queue's keys sort first and are not arrivals.
+    expect(joinPace([pre, ...line], now, TICK)).toEqual({ joinsPerSecond: 20 });
   });
 });

@@ -156,6 +156,10 @@ export type ShardReport = {
   live: number;
   /** The last admission round this shard knows. */
   round: number;
+  /** When the shard made the report, by its clock (its keys' join times are too). */
+  at?: number;
+  /** How many of its waiting shoppers joined a second lately (rules.ts `joinPace`): the coordinator counts those who joined since the report by it. */
+  joinsPerSecond?: number;
 };
 
 /** An admission round: every waiting key up to `cursor` is admitted at `at`. */
