@@ -239,6 +239,12 @@ describe('stock shards: the dev reset', () => {
     // New instances everywhere (their counts start again), with the stock as storage kept it.
     const after = await shardSnapshots(goodsId);
     expect(after.map((s) => s?.reserveRequests)).toEqual(Array(SHARDS).fill(0));
-    expect(after.reduce((n, s) => n + (s?.remaining ?? 0), 0)).toBe(16 - SHARDS);
+    // A give-back the reset cut off between two shards (the giver committed, shard 0 never heard
+    // the answer) is in neither's count until shard 0's alarm asks again with the same id, a
+    // second later: a run read 7 here. Nothing is lost; everything is back once that is done.
+    const held = async () => (await shardSnapshots(goodsId)).reduce((n, s) => n + (s?.remaining ?? 0), 0);
+    await eventually(async () => (await held()) === 16 - SHARDS, 10_000);
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    expect(await held()).toBe(16 - SHARDS);
   });
 });
