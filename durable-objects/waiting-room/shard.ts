@@ -114,8 +114,10 @@ export class ShardRoom {
     if (Date.now() - this.reportedAt > TICK_MS * 2 || afterQuiet) {
       // The first shopper of a quiet shard: tell the coordinator now (it leaves keys this fresh
       // for its next decision until then, and a quiet report held nobody back), and answer
-      // with its figures.
+      // with its figures. That report holds the line at this moment until the next, so the
+      // next comes half a tick on, in time for the coordinator's next decision.
       await this.freshReport();
+      this.schedule(Date.now() + TICK_MS / 2);
     }
     return { ok: true, view: await this.s.view(t, Date.now()) };
   }

@@ -1,6 +1,8 @@
+import { runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
-import { roomShardOf } from '../../durable-objects/routing';
+import { roomShard, roomShardOf } from '../../durable-objects/routing';
+import { TICK_MS } from '../../durable-objects/waiting-room/standing';
 import { sealPass, sealTicket } from '../../workers/kernel/room-seal';
 import { ROOM_SHARDS } from '../../workers/kernel/waiting-room';
 import { ADMIN, bearer, buy, call, json, metric, scrape } from './helpers';
@@ -30,6 +32,22 @@ describe('the waiting room, one shopper at a time', () => {
     expect(b.body.ticketId).toBe(a.body.ticketId);
     expect(b.body.ticket).toBe(a.body.ticket);
     expect(b.body.orderKey).toBe(a.body.orderKey);
+  });
+
+  it("reports a quiet shard's first shopper at once and again half a tick later, in time for the next decision", async () => {
+    const { goodsId } = await createQueuedGoods({ stock: 5, queue: { mode: 'always', admitPerSecond: 5 } });
+    const userId = 'first-of-its-shard';
+    const s = await shopper(userId);
+    const joined = await join(s.jwt, goodsId);
+    const answeredAt = Date.now();
+    expect(joined.status).toBe(200);
+    // The first report (made before the join answered) holds the room's line at that moment
+    // until the shard's next one: that one comes half a tick on, not a whole tick (the bench's
+    // first shoppers waited a decision longer for it).
+    const stub = roomShard(env, { id: goodsId, locationHint: null }, roomShardOf(userId, ROOM_SHARDS));
+    const alarm = await runInDurableObject(stub, (_instance, state) => state.storage.getAlarm());
+    expect(alarm).not.toBeNull();
+    expect((alarm ?? 0) - answeredAt).toBeLessThanOrEqual(TICK_MS / 2);
   });
 
   it('moves positions and ETAs as admissions happen, over the live channel and for polling clients', async () => {
