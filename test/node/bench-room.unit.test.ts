@@ -1,7 +1,7 @@
 // The bench's measure of the waiting room's admission rate (scripts/lib/bench/room.ts): it reads
 // the room's pace only while the room had a line to take from, not the joins' pace.
 import { describe, expect, it } from 'vitest';
-import { rateWhileQueued } from '../../scripts/lib/bench/room.ts';
+import { etaErrorByTenth, rateWhileQueued } from '../../scripts/lib/bench/room.ts';
 
 /** `n` shoppers joining `perSecond` a second from `from` (ms). */
 function joins(n: number, perSecond: number, from = 0): number[] {
@@ -36,5 +36,22 @@ describe('the admission rate while queued', () => {
     const joined = joins(2_000, 290);
     expect(rateWhileQueued(joined, rounds(joined, 500, 1_000, 3_000), 500)).toEqual({ perSecond: null, seconds: 0 });
     expect(rateWhileQueued([], [], 500)).toEqual({ perSecond: null, seconds: 0 });
+  });
+});
+
+describe('the ETA error along the line', () => {
+  it('says which tenth of the line, in join order, was let in later or earlier than promised', () => {
+    // 100 shoppers a second for 10 s, promised their place at 10 a second plus 2 s. The first
+    // tenth is let in 2 s late (a slow start), the rest as promised but the last tenth 1 s early.
+    const shoppers = Array.from({ length: 1_000 }, (_, i) => {
+      const joinedAt = i * 10;
+      const etaS = 2 + i / 10;
+      const late = i < 100 ? 2 : i >= 900 ? -1 : 0;
+      return { joinedAt, etaS, admittedAt: joinedAt + (etaS + late) * 1000 };
+    });
+    // Listed in admission order, not join order: the measure sorts them.
+    const byTenth = etaErrorByTenth([...shoppers].reverse());
+    expect(byTenth).toEqual([2, 0, 0, 0, 0, 0, 0, 0, 0, -1]);
+    expect(etaErrorByTenth(shoppers.slice(0, 9))).toEqual([]);
   });
 });

@@ -71,6 +71,7 @@ type Result = {
     accepted: number;
     liveMessages: number;
     timedOut: number;
+    etaError: { byTenthS: number[] };
     coordinator: { shards: number; waiting: number; reportKB: number; ms: number }[];
   };
   classic: { skipped: string } | (Phase & { accepted: number; invariants: { ok: boolean } });
@@ -199,6 +200,9 @@ describe('npm run bench', () => {
       expect(d.reportKB).toBeGreaterThan(0);
     }
     expect(latest.queue.liveMessages).toBeGreaterThanOrEqual(60);
+    // The ETA's error along the line, a tenth at a time (and printed with the table).
+    expect(latest.queue.etaError.byTenthS).toHaveLength(10);
+    expect(printed).toContain('by tenth of the line in join order');
     for (const name of ['8 shards', 'waiting room', 'object delay 50 ms', 'object CPU']) {
       expect(latest.invariants.checks.filter((c) => c.goods === name).length).toBeGreaterThan(0);
     }

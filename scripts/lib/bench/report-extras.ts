@@ -132,6 +132,12 @@ export function formatExtras(r: Extras): string[] {
         `${fmt(q.soldOut)} told sold out, ${fmt(q.timedOut)} unfinished in ${fmt(q.durationS, 1)} s`,
       `  ETA error (actual admission - promised): |p50| ${fmt(q.etaError.p50AbsS, 1)} s, |p90| ${fmt(q.etaError.p90AbsS, 1)} s, ` +
         `mean ${fmt(q.etaError.meanS, 2)} s, the last tenth of the line ${fmt(q.etaError.lastTenthMeanAbsS, 2)} s`,
+      // Results saved before this measure have no such field.
+      ...(q.etaError.byTenthS?.length
+        ? [
+            `  by tenth of the line in join order (s, + later than promised): ${q.etaError.byTenthS.map((e) => (e > 0 ? `+${fmt(e, 1)}` : fmt(e, 1))).join(' ')}`,
+          ]
+        : []),
       // Results saved before the rate was measured have no such field.
       q.admittedWhileQueued?.perSecond != null
         ? `  admitted ${fmt(q.admittedWhileQueued.perSecond)}/s (${fmt(q.admittedWhileQueued.perSecond / q.admitPerSecond, 2)}x the rate) ` +

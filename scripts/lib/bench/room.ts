@@ -28,7 +28,14 @@ export type QueuePhase = {
   accepted: number;
   refused: Record<string, number>;
   /** Seconds: actual admission minus the ETA the join promised (positive: later than promised). */
-  etaError: { p50AbsS: number | null; p90AbsS: number | null; meanS: number | null; lastTenthMeanAbsS: number | null };
+  etaError: {
+    p50AbsS: number | null;
+    p90AbsS: number | null;
+    meanS: number | null;
+    lastTenthMeanAbsS: number | null;
+    /** etaErrorByTenth; absent from results saved before it. */
+    byTenthS?: number[];
+  };
   /** Admissions a second while the line held at least two seconds' worth the room knew of (rateWhileQueued). */
   admittedWhileQueued: { perSecond: number | null; seconds: number };
   durationS: number;
@@ -44,6 +51,25 @@ type Shopper = BenchUser & {
   done: boolean;
   socket?: WebSocket;
 };
+
+/**
+ * The ETA error (admission minus the promise, in seconds; positive: later than promised) of each
+ * tenth of the admitted shoppers in the order they joined, the mean of each: where along the line
+ * the promise is off (the first tenth waits for the room's first decisions; a place counted short
+ * shows as the middle tenths running late; the last tenth as the line's end). Fewer than ten
+ * shoppers: none.
+ */
+export function etaErrorByTenth(shoppers: readonly { joinedAt: number; etaS: number; admittedAt: number }[]): number[] {
+  if (shoppers.length < 10) {
+    return [];
+  }
+  const byJoin = [...shoppers].sort((a, b) => a.joinedAt - b.joinedAt);
+  return Array.from({ length: 10 }, (_, k) => {
+    const tenth = byJoin.slice(Math.floor((k * byJoin.length) / 10), Math.floor(((k + 1) * byJoin.length) / 10));
+    const sum = tenth.reduce((n, s) => n + (s.admittedAt - s.joinedAt) / 1000 - s.etaS, 0);
+    return round(sum / tenth.length, 2);
+  });
+}
 
 /** A shopper who joined this long ago is known to the room's coordinator (their shard's report, the next decision, and more). */
 const KNOWN_AFTER_MS = 3_000;
@@ -308,6 +334,7 @@ export async function runQueuePhase(o: {
         p90AbsS: absP.p90Ms === null ? null : round(absP.p90Ms, 2),
         meanS: mean(errors),
         lastTenthMeanAbsS: mean(lastTenth),
+        byTenthS: etaErrorByTenth(admittedList.map((s) => ({ joinedAt: s.joinedAt, etaS: s.etaS, admittedAt: s.admittedAt ?? 0 }))),
       },
       admittedWhileQueued: rateWhileQueued(
         shoppers.filter((s) => s.ticket).map((s) => s.joinedAt),
