@@ -51,7 +51,7 @@ function joinedSince(lane: Lane, kind: string, at: number): number {
  */
 export function countBelow(lane: Lane, x: string): { lower: number; upper: number; guess: number } {
   const i = lowerBound(lane.keys, x);
-  const lower = i === 0 ? 0 : (lane.ranks[i - 1] ?? 0) + 1;
+  const lower = lowerAt(lane, i);
   const upper = Math.max(lower, i >= lane.keys.length ? lane.waiting : (lane.ranks[i] ?? lane.waiting));
   const lo = i > 0 ? lane.keys[i - 1] : undefined;
   const hi = lane.keys[i];
@@ -68,6 +68,16 @@ export function countBelow(lane: Lane, x: string): { lower: number; upper: numbe
   }
   const f = Math.min(1, Math.max(0, (v.value - a.value) / (b.value - a.value)));
   return { lower, upper, guess: lower + f * (upper - lower) };
+}
+
+/** How many of the lane's shoppers are surely below `x`: what the sold-out line counts, without `countBelow`'s guess. */
+export function surelyBelow(lane: Lane, x: string): number {
+  return lowerAt(lane, lowerBound(lane.keys, x));
+}
+
+/** Shoppers surely below the lane's key `i`: every one up to the reported key before it. */
+function lowerAt(lane: Lane, i: number): number {
+  return i === 0 ? 0 : (lane.ranks[i - 1] ?? 0) + 1;
 }
 
 /**
@@ -89,7 +99,7 @@ export function countsBelow(lanes: readonly Lane[], xs: readonly string[]): { lo
       while (i < keys.length && (keys[i] ?? '') < x) {
         i++;
       }
-      const lo = i === 0 ? 0 : (ranks[i - 1] ?? 0) + 1;
+      const lo = lowerAt(lane, i);
       const up = Math.max(lo, i >= keys.length ? waiting : (ranks[i] ?? waiting));
       let g = (lo + up) / 2;
       if (i >= keys.length) {

@@ -1,5 +1,5 @@
 import type { Ladder, RoomGoods, Round, ShardReport } from '../../workers/kernel/waiting-room';
-import { countBelow, countsBelow, type Lane } from './counts';
+import { countsBelow, type Lane, surelyBelow } from './counts';
 import { after, etaSeconds, LEAD_MARGIN_MS, lowerBound, NOTHING, timeHorizon } from './rules';
 
 // The coordinator's decision, pure: from the shards' latest reports, the stock and the clock,
@@ -267,7 +267,7 @@ export function decide(
   // Reported keys beyond what is known exactly: their places are estimated from each shard's sample.
   const sampled = [...new Set(lanes.flatMap((l) => l.keys).filter((k) => k >= horizon))].sort();
   // Shoppers ahead of a sampled key, every lane counted (the n admitted now no longer are).
-  const lowerAt = (x: string) => lanes.reduce((sum, l) => sum + countBelow(l, x).lower, 0) - n;
+  const lowerAt = (x: string) => lanes.reduce((sum, l) => sum + surelyBelow(l, x), 0) - n;
 
   let found: string | null = null;
   if (ended) {

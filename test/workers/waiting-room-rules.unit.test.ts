@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { countBelow, countsBelow, type Lane } from '../../durable-objects/waiting-room/counts';
+import { countBelow, countsBelow, type Lane, surelyBelow } from '../../durable-objects/waiting-room/counts';
 import { decide, type HubState, initialHubState, type Reported, type Stock } from '../../durable-objects/waiting-room/hub-rules';
 import {
   after,
@@ -454,6 +454,7 @@ describe('a shopper place, estimated from the marks', () => {
     xs.forEach((x, j) => {
       const one = lanes.map((l) => countBelow(l, x));
       expect(lower[j]).toBe(one.reduce((n, c) => n + c.lower, 0));
+      expect(lower[j]).toBe(lanes.reduce((n, l) => n + surelyBelow(l, x), 0));
       expect(guess[j]).toBeCloseTo(
         one.reduce((n, c) => n + c.guess, 0),
         9,
