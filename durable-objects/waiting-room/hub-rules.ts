@@ -1,6 +1,6 @@
-import type { Ladder, RoomGoods, Round, ShardReport } from '../../workers/kernel/waiting-room';
+import { type Ladder, ROOM_SHARDS, type RoomGoods, type Round, type ShardReport } from '../../workers/kernel/waiting-room';
 import { countsBelow, type Lane, surelyBelow } from './counts';
-import { after, etaSeconds, LEAD_MARGIN_MS, lowerBound, NOTHING, timeHorizon } from './rules';
+import { admissionLagMs, after, etaSeconds, keyValue, LEAD_MARGIN_MS, lowerBound, type Measured, NOTHING, timeHorizon } from './rules';
 
 // The coordinator's decision, pure: from the shards' latest reports, the stock and the clock,
 // where the one admission cursor goes next, which waiting keys can no longer get a unit (the
@@ -28,6 +28,12 @@ export type HubState = {
   confirmedSamples: { at: number; n: number }[];
   /** The line the previous decision found (a ticket is told sold out only when two decisions agree). */
   lastLine: string | null;
+  /** The wait of a shopper who joins an empty line, as measured (see `frontLag`); null until a round measures it. */
+  frontLagMs: number | null;
+  /** How late the shards let shoppers in after their round's time, lately (see `lateness`); null until one says. */
+  lateMs: number | null;
+  /** Whether the last decision admitted every key it could (so the next round's keys waited for no rate). */
+  drained: boolean;
 };
 
 /** The stock object's figures: units not held, reservations waiting for Postgres, and confirmed orders. */
@@ -43,6 +49,8 @@ export type HubView = {
   outstanding: number;
   admittedPerSecond: number;
   lastEtaSeconds: number;
+  /** The measured front lag the ETAs take (absent until measured, or from an earlier build). */
+  frontLagMs?: number;
 };
 
 /** Reports older than this are from a shard that went quiet; they no longer hold the cursor back. */
@@ -69,6 +77,62 @@ const AUTO_QUIET_MS = 5_000;
 const SETTLE_LAG_MS = 10_000;
 /** A decision admits at most this many ticks' worth of the rate, however long since the last. */
 const BUCKET_TICKS = 2;
+/** How much of the front lag one round's measurement moves (an average over the last few rounds). */
+const FRONT_LAG_WEIGHT = 0.3;
+
+/**
+ * The front lag after a round at `at` that admitted `keys`: the time from a shopper's join to
+ * their round for a line that holds nobody back, measured where the round shows it. Only a
+ * round that admitted every key it could see, after a decision that did the same, measures it:
+ * its keys waited for the reports, the decision and the round's lead, none of them for the rate.
+ * The wait counts from the join time in each arrival key (pre-queue keys carry none). It was a
+ * constant of half a tick for the report, half for the decision, and a tick and LEAD_MARGIN_MS
+ * for the round, but a decision passes only keys below every shard's horizon, about a tick
+ * behind with many shards, and ticks run late on a busy machine: the bench's queue phase let
+ * shoppers in about 1 s later than promised along the whole of a short line. admissionLagMs
+ * now counts the shards; this measure, the machine.
+ */
+export function frontLag(
+  previous: number | null,
+  keys: readonly string[],
+  at: number,
+  drainedBefore: boolean,
+  tickMs: number,
+): number | null {
+  if (!drainedBefore) {
+    return previous;
+  }
+  let sum = 0;
+  let n = 0;
+  for (const k of keys) {
+    const { kind, value } = keyValue(k);
+    if (kind === '1') {
+      sum += at - value;
+      n++;
+    }
+  }
+  if (n === 0) {
+    return previous;
+  }
+  // Within a round's lead and a few ticks: a clock that jumped does not set every promise.
+  const measured = Math.min(4 * tickMs + LEAD_MARGIN_MS, Math.max(tickMs + LEAD_MARGIN_MS, sum / n));
+  return Math.round(previous === null ? measured : previous + (measured - previous) * FRONT_LAG_WEIGHT);
+}
+
+/** How much of the lateness one report moves: every busy shard reports once a tick, so a few ticks' worth. */
+const LATE_WEIGHT = 0.1;
+
+/**
+ * How late the shards let shoppers in after their round's time, lately, with one more report's
+ * figure (the mean over the shoppers its shard let in since its report before) folded in. A
+ * shard hears of a round in its next report's reply, and admits on its alarm: a busy one does
+ * either late, and every shopper it lets in waits that much more than the round. Folded as each
+ * report comes, not at decisions: a shard that let in one shopper says so in one report only.
+ */
+export function lateness(previous: number | null, lateMs: number, tickMs: number): number {
+  const measured = Math.min(2 * tickMs, Math.max(0, lateMs));
+  return Math.round(previous === null ? measured : previous + (measured - previous) * LATE_WEIGHT);
+}
 
 /** Whether a room holds shoppers in line before its coordinator has said anything. */
 export function defaultActive(goods: RoomGoods, now: number): boolean {
@@ -97,6 +161,9 @@ export function initialHubState(goods: RoomGoods, now: number): HubState {
     admittedSamples: [],
     confirmedSamples: [],
     lastLine: null,
+    frontLagMs: null,
+    lateMs: null,
+    drained: true,
   };
 }
 
@@ -248,12 +315,16 @@ export function decide(
   const bucket = capacity * Math.max(1, elapsed / 1000);
   let tokens = open ? Math.min(bucket, state.tokens + (capacity * elapsed) / 1000) : 0;
   const n = open ? Math.max(0, Math.min(Math.floor(tokens), Math.floor(Math.max(0, free)), front.length)) : 0;
-  let { round, cursor, rounds } = state;
+  let { round, cursor, rounds, frontLagMs } = state;
   if (n > 0) {
     round += 1;
     cursor = front[n - 1] ?? cursor;
-    rounds = [...rounds, { round, cursor, at: now + tickMs + LEAD_MARGIN_MS }].slice(-ROUNDS_KEPT);
+    const at = now + tickMs + LEAD_MARGIN_MS;
+    rounds = [...rounds, { round, cursor, at }].slice(-ROUNDS_KEPT);
     tokens -= n;
+    if (n === front.length) {
+      frontLagMs = frontLag(frontLagMs, front, at, state.drained, tickMs);
+    }
   }
 
   const rest = front.slice(n);
@@ -315,8 +386,14 @@ export function decide(
     admittedSamples,
     confirmedSamples,
     lastLine: found,
+    frontLagMs,
+    drained: n === front.length,
   };
   const { active, quietSince } = activity(next, goods, waiting + preQueued, now, tickMs);
+  const measured: Measured = {
+    frontLagMs: next.frontLagMs ?? admissionLagMs(tickMs, goods.shards ?? ROOM_SHARDS),
+    ...(next.lateMs === null ? {} : { lateMs: next.lateMs }),
+  };
   return {
     state: { ...next, active, quietSince },
     view: {
@@ -327,7 +404,8 @@ export function decide(
       remaining: stock?.remaining ?? 0,
       outstanding: outstanding + n,
       admittedPerSecond,
-      lastEtaSeconds: etaSeconds(Math.max(0, waiting + preQueued - 1), capacity, now, now, tickMs),
+      lastEtaSeconds: etaSeconds(Math.max(0, waiting + preQueued - 1), capacity, now, now, tickMs, measured),
+      ...(next.frontLagMs === null ? {} : { frontLagMs: next.frontLagMs }),
     },
   };
 }

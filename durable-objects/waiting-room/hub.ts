@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { log } from '../../workers/kernel/log';
 import { type HubReply, ROOM_SHARDS, type RoomGoods, type RoomStats, type ShardReport } from '../../workers/kernel/waiting-room';
 import { goodsStock } from '../routing';
-import { decide, type HubState, type HubView, initialHubState, type Reported, roundsAfter, type Stock } from './hub-rules';
+import { decide, type HubState, type HubView, initialHubState, lateness, type Reported, roundsAfter, type Stock } from './hub-rules';
 import { newSeed, seedHashOf } from './rules';
 import { TICK_MS } from './standing';
 import type { RoomStorage } from './storage';
@@ -22,6 +22,9 @@ const StoredHub = z.object({
   admittedSamples: z.array(z.object({ at: z.number(), n: z.number() })),
   confirmedSamples: z.array(z.object({ at: z.number(), n: z.number() })).default([]),
   lastLine: z.string().nullable().default(null),
+  frontLagMs: z.number().nullable().default(null),
+  lateMs: z.number().nullable().default(null),
+  drained: z.boolean().default(true),
 });
 
 const StoredView = z.object({
@@ -33,6 +36,7 @@ const StoredView = z.object({
   outstanding: z.number(),
   admittedPerSecond: z.number(),
   lastEtaSeconds: z.number(),
+  frontLagMs: z.number().optional(),
 });
 
 /** A decision is due when a tick has passed since the last one (a little early is fine). */
@@ -89,7 +93,8 @@ export class RoomHub {
     this.goods = r.goods;
     this.reports.set(r.shard, { ...r, receivedAt: Date.now() });
     this.arrivals += r.arrivals;
-    const state = this.state ?? initialHubState(r.goods, Date.now());
+    const before = this.state ?? initialHubState(r.goods, Date.now());
+    const state = r.lateMs === undefined ? before : { ...before, lateMs: lateness(before.lateMs, r.lateMs, TICK_MS) };
     this.state = state;
     const now0 = Date.now();
     const warm = this.state.decidedAt === 0 || now0 - this.bootAt >= TICK_MS + DECIDE_SLACK_MS;
@@ -111,6 +116,8 @@ export class RoomHub {
       ...(now >= r.goods.startAt ? { seed: seed.seed } : {}),
       seedHash: seed.seedHash,
       tickMs: TICK_MS,
+      ...(view?.frontLagMs === undefined ? {} : { frontLagMs: view.frontLagMs }),
+      ...(current.lateMs === null ? {} : { lateMs: current.lateMs }),
     };
   }
 
@@ -181,6 +188,8 @@ export class RoomHub {
       lastEtaSeconds: this.view?.lastEtaSeconds ?? 0,
       shards: goods.shards ?? ROOM_SHARDS,
       shardsReporting: reports.filter((r) => now - r.receivedAt < TICK_MS * 5).length,
+      frontLagMs: this.state?.frontLagMs ?? null,
+      lateMs: this.state?.lateMs ?? null,
     };
   }
 }

@@ -185,25 +185,35 @@ export const LEAD_MARGIN_MS = 250;
 
 /**
  * How long after the line could take a shopper at its front the admission reaches them, on
- * average: their key reaches the coordinator with their shard's next report (half a tick), waits
- * for the next decision (half a tick), and the round takes effect a tick and LEAD_MARGIN_MS
- * after it. An ETA that counted one tick promised admissions about 1.3 s early on average (the
- * bench's queue phase).
+ * average, before the coordinator has measured it (`frontLag` in hub-rules.ts): a decision passes
+ * a key once every shard has reported after it (each reports once a tick at its own moment: the
+ * last of `shards` reports comes `shards / (shards + 1)` of a tick later on average, half a tick
+ * for one shard), the key waits for the next decision (half a tick), and the round takes effect
+ * a tick and LEAD_MARGIN_MS after it: 2.25 s for one shard, 2.72 s for 32.
  */
-export function admissionLagMs(tickMs: number): number {
-  return 2 * tickMs + LEAD_MARGIN_MS;
+export function admissionLagMs(tickMs: number, shards: number): number {
+  const s = Math.max(1, shards);
+  return Math.round((tickMs * s) / (s + 1) + tickMs / 2 + tickMs + LEAD_MARGIN_MS);
 }
 
 /**
- * Seconds until a shopper with `position` ahead is admitted at `rate` a second, to the nearest.
- * At the front of the line, the admission lag; further back, the coordinator knows their key long
- * before the line reaches it, and what is left is the line at the rate and the round's lead: a
- * tick and LEAD_MARGIN_MS after its decision, less half a tick, as each decision admits what the
- * rate accrued since the one before (the bench's line of 4,000 at 200 a second: admitted about
- * 1 s after its place at the rate, where the front's lag promised 2.25 s).
+ * The room's own delays as the coordinator measured them (`frontLag` and `lateness` in
+ * hub-rules.ts), or, for the front lag, admissionLagMs until it has.
  */
-export function etaSeconds(position: number, rate: number, now: number, startAt: number, tickMs: number): number {
+export type Measured = { frontLagMs: number; lateMs?: number };
+
+/**
+ * Seconds until a shopper with `position` ahead is admitted at `rate` a second, to the nearest.
+ * At the front of the line, the front lag (Measured).
+ * Further back, the coordinator knows their key long before the line reaches it, and what is left
+ * is the line at the rate and the round's lead: a tick and LEAD_MARGIN_MS after its decision, less
+ * half a tick, as each decision admits what the rate accrued since the one before (the bench's
+ * line of 4,000 at 200 a second: admitted about 1 s after its place at the rate, where the
+ * front's lag promised 2.25 s). Either way, as late as the shards have lately let shoppers in
+ * after their round's time (a busy shard hears of a round or runs its tick late).
+ */
+export function etaSeconds(position: number, rate: number, now: number, startAt: number, tickMs: number, measured: Measured): number {
   const untilStart = Math.max(0, startAt - now);
   const line = ((position + 1) * 1000) / Math.max(1, rate);
-  return Math.round((untilStart + Math.max(admissionLagMs(tickMs), line + tickMs / 2 + LEAD_MARGIN_MS)) / 1000);
+  return Math.round((untilStart + Math.max(measured.frontLagMs, line + tickMs / 2 + LEAD_MARGIN_MS) + (measured.lateMs ?? 0)) / 1000);
 }

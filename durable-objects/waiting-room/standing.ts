@@ -10,7 +10,18 @@ import {
 } from '../../workers/kernel/waiting-room';
 import { Book, type Ticket } from './book';
 import { activeAt, defaultActive } from './hub-rules';
-import { after, etaSeconds, exactKeysFor, joinPace, NOTHING, placeOf, reportKeys, timeHorizon } from './rules';
+import {
+  admissionLagMs,
+  after,
+  etaSeconds,
+  exactKeysFor,
+  joinPace,
+  type Measured,
+  NOTHING,
+  placeOf,
+  reportKeys,
+  timeHorizon,
+} from './rules';
 
 /** How often a busy shard reports to the coordinator. */
 export const TICK_MS = 1_000;
@@ -117,7 +128,7 @@ export class Standing {
       userId: t.userId,
       state,
       position,
-      etaSeconds: state === 'WAITING' ? etaSeconds(position, rate, now, goods?.startAt ?? 0, TICK_MS) : 0,
+      etaSeconds: state === 'WAITING' ? etaSeconds(position, rate, now, goods?.startAt ?? 0, TICK_MS, this.measured()) : 0,
       remaining: this.hub?.remaining ?? 0,
       orderKey: t.key,
       preQueue: t.pre,
@@ -158,6 +169,15 @@ export class Standing {
     this.book = new Book();
     this.results.clear();
     this.hub = undefined;
+  }
+
+  /** The room's delays the ETA takes: the coordinator's measure, else the front lag expected for the room's shard count. */
+  private measured(): Measured {
+    const hub = this.hub;
+    return {
+      frontLagMs: hub?.frontLagMs ?? admissionLagMs(TICK_MS, this.spread()),
+      ...(hub?.lateMs === undefined ? {} : { lateMs: hub.lateMs }),
+    };
   }
 
   /** Shoppers in the whole room that one of this shard's stands for (the room's shard count). */

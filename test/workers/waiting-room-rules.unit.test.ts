@@ -1,7 +1,16 @@
 import { describe, expect, it } from 'vitest';
 import { countBelow, countsBelow, type Lane, surelyBelow } from '../../durable-objects/waiting-room/counts';
-import { decide, type HubState, initialHubState, type Reported, type Stock } from '../../durable-objects/waiting-room/hub-rules';
 import {
+  decide,
+  frontLag,
+  type HubState,
+  initialHubState,
+  lateness,
+  type Reported,
+  type Stock,
+} from '../../durable-objects/waiting-room/hub-rules';
+import {
+  admissionLagMs,
   after,
   arrivalKey,
   drawOrder,
@@ -10,6 +19,7 @@ import {
   exactKeysFor,
   joinPace,
   lowerBound,
+  type Measured,
   NOTHING,
   placeOf,
   reportKeys,
@@ -517,7 +527,6 @@ describe('a shopper place, estimated from the marks', () => {
     // Without the pace (the shards' joins since their reports counted as nobody) they were placed
     // 8% (about 290 places) too far forward.
     const paced = placed(reports);
-    console.log('fresh joiners', paced);
     expect(paced.mean).toBeLessThan(0.02);
     expect(paced.worst).toBeLessThan(0.04);
     // Shards that could not yet say their pace (a first report, an earlier build) take the others'.
@@ -527,17 +536,136 @@ describe('a shopper place, estimated from the marks', () => {
   });
 
   it('promises the front of the line the admission lag, and a shopper further back the line at the rate and the round lead', () => {
-    // The front: the next report, the next decision and the round's lead, 2.25 s.
-    expect(etaSeconds(0, 100, 0, 0, TICK)).toBe(2);
-    expect(etaSeconds(149, 100, 0, 0, TICK)).toBe(2);
+    // The front, before anything is measured: the shards' next reports, the next decision and the
+    // round's lead, 2.25 s for one shard, 2.72 s for 32 (the last of 32 reports comes later).
+    expect(admissionLagMs(TICK, 1)).toBe(2_250);
+    expect(admissionLagMs(TICK, 32)).toBe(2_720);
+    const one = { frontLagMs: admissionLagMs(TICK, 1) };
+    expect(etaSeconds(0, 100, 0, 0, TICK, one)).toBe(2);
+    expect(etaSeconds(149, 100, 0, 0, TICK, one)).toBe(2);
+    expect(etaSeconds(0, 100, 0, 0, TICK, { frontLagMs: admissionLagMs(TICK, 32) })).toBe(3);
     // 1,000 back at 100 a second: 10 s of line and 0.75 s of lead (it was 2.25 s, rounded up:
     // 13 s, where the bench admitted such shoppers about 1 s after their place at the rate).
-    expect(etaSeconds(999, 100, 0, 0, TICK)).toBe(11);
+    expect(etaSeconds(999, 100, 0, 0, TICK, one)).toBe(11);
     // Before the start, the wait for it too.
-    expect(etaSeconds(999, 100, 0, 30_000, TICK)).toBe(41);
+    expect(etaSeconds(999, 100, 0, 30_000, TICK, one)).toBe(41);
+    // The measured front lag and the shards' lateness where the coordinator has them.
+    expect(etaSeconds(0, 100, 0, 0, TICK, { frontLagMs: 3_300 })).toBe(3);
+    expect(etaSeconds(0, 100, 0, 0, TICK, { frontLagMs: 3_300, lateMs: 400 })).toBe(4);
+    expect(etaSeconds(999, 100, 0, 0, TICK, { frontLagMs: 3_300, lateMs: 400 })).toBe(11);
     // The ETA never goes up as the place comes down.
-    const etas = Array.from({ length: 400 }, (_, i) => etaSeconds(399 - i, 50, 0, 0, TICK));
+    const etas = Array.from({ length: 400 }, (_, i) => etaSeconds(399 - i, 50, 0, 0, TICK, one));
     expect(etas.every((e, i) => i === 0 || e <= (etas[i - 1] ?? e))).toBe(true);
+  });
+
+  it("measures the front lag from rounds that held nobody back, and only from those, and the shards' lateness from every report", () => {
+    const keys = [arrivalKey(10_000, 'a'), arrivalKey(10_500, 'b')];
+    // A round at 13 s: its two shoppers waited 3 s and 2.5 s.
+    expect(frontLag(null, keys, 13_000, true, TICK)).toBe(2_750);
+    // After a decision that held keys back for the rate, a round's keys waited for the rate too.
+    expect(frontLag(2_000, keys, 13_000, false, TICK)).toBe(2_000);
+    // One round moves the measure part of the way; pre-queue keys carry no join time.
+    expect(frontLag(2_000, [...keys, '0abcdef0123456789t'], 13_000, true, TICK)).toBe(2_225);
+    expect(frontLag(2_000, ['0abcdef0123456789t'], 13_000, true, TICK)).toBe(2_000);
+    // Within a round's lead and four ticks and the lead, whatever the clocks say.
+    expect(frontLag(null, keys, 10_100, true, TICK)).toBe(1_250);
+    expect(frontLag(null, keys, 60_000, true, TICK)).toBe(4_250);
+    // The shards' lateness: one report's figure moves it a tenth of the way, within 0 and two ticks.
+    expect(lateness(null, 300, TICK)).toBe(300);
+    expect(lateness(300, 1_300, TICK)).toBe(400);
+    expect(lateness(null, 5_000, TICK)).toBe(2_000);
+    expect(lateness(null, -40, TICK)).toBe(0);
+  });
+
+  it('promises a short line what the room then does: shards reporting in turn, late ticks and alarms, 32 shards', () => {
+    // 150 joins a second for 30 s into a room of 32 shards that admits 200 a second, so nobody
+    // waits for the rate: each shopper's wait is the room's own, their report, the decision over
+    // every shard's latest report, and the round's lead. Each shard reports once a tick at its
+    // own phase, late by up to 300 ms as under a crowd, hears the rounds in the reply, and lets
+    // a round's shoppers in when its alarm runs, up to a second after the round's time; the
+    // coordinator decides on a report a tick after its last decision.
+    const run = (how: 'the constant' | 'measured') => {
+      const random = rng(21);
+      const shards = 32;
+      const g = goods({ shards, admitPerSecond: 200 });
+      const sims: SimShard[] = Array.from({ length: shards }, () => ({ waiting: [], admitted: [], known: 0, cursor: '' }));
+      const expected: Measured = { frontLagMs: admissionLagMs(TICK, shards) };
+      const heard: Measured[] = Array.from({ length: shards }, () => expected);
+      const late = Array.from({ length: shards }, () => ({ ms: 0, n: 0 }));
+      let view: { frontLagMs?: number } = {};
+      const latest = new Map<number, Reported>();
+      const promised = new Map<string, number>();
+      const admittedAt = new Map<string, number>();
+      const joined = new Map<string, number>();
+      type Event = { at: number; shard: number; join?: string };
+      const events: Event[] = [];
+      for (let i = 0; i < 4_500; i++) {
+        const join = `u${String(i).padStart(5, '0')}`;
+        events.push({ at: 1_000 + Math.floor((i * 1_000) / 150), shard: Math.floor(random() * shards), join });
+      }
+      for (let s = 0; s < shards; s++) {
+        for (let at = 1_000 + random() * TICK; at < 40_000; at += TICK + random() * 300) {
+          events.push({ at: Math.floor(at), shard: s });
+        }
+      }
+      events.sort((a, b) => a.at - b.at || (a.join ? -1 : 1));
+      let state = initialHubState(g, 0);
+      const stock: Stock = { remaining: 1_000_000, queued: 0, confirmed: 0 };
+      for (const e of events) {
+        const sim = sims[e.shard] as SimShard;
+        if (e.join) {
+          const key = arrivalKey(e.at, e.join);
+          const ahead = [...joined.keys()].filter((k) => k > state.cursor && !admittedAt.has(k)).length;
+          sim.waiting.push(key);
+          joined.set(key, e.at);
+          const promise = how === 'the constant' ? { frontLagMs: 2 * TICK + 250 } : (heard[e.shard] ?? expected);
+          promised.set(key, etaSeconds(ahead, 200, e.at, 0, TICK, promise));
+          continue;
+        }
+        // The report, as the coordinator takes one: the shard's lateness, then a decision when due.
+        const own = late[e.shard] as { ms: number; n: number };
+        latest.set(e.shard, report(sim, e.shard, e.at, g));
+        if (own.n > 0) {
+          state = { ...state, lateMs: lateness(state.lateMs, own.ms / own.n, TICK) };
+        }
+        own.ms = 0;
+        own.n = 0;
+        if (state.decidedAt === 0 || e.at - state.decidedAt >= TICK - 100) {
+          ({ state, view } = decide(state, [...latest.values()], g, stock, 0, e.at, TICK));
+        }
+        heard[e.shard] = {
+          frontLagMs: view.frontLagMs ?? expected.frontLagMs,
+          ...(state.lateMs === null ? {} : { lateMs: state.lateMs }),
+        };
+        const before = sim.admitted.length;
+        apply(sim, state.rounds);
+        for (const a of sim.admitted.slice(before)) {
+          const roundAt = state.rounds.find((r) => r.round === a.round)?.at ?? e.at;
+          const at = Math.max(e.at, roundAt) + Math.floor(random() * 1_000);
+          admittedAt.set(a.key, at);
+          own.ms += at - roundAt;
+          own.n++;
+        }
+      }
+      // The first 10 s are the room's start and the measure settling; the error after them.
+      const errors = [...admittedAt]
+        .filter(([key]) => (joined.get(key) ?? 0) >= 11_000)
+        .map(([key, at]) => (at - (joined.get(key) ?? 0)) / 1000 - (promised.get(key) ?? 0));
+      expect(errors.length).toBeGreaterThan(2_900);
+      const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+      const waits = [...admittedAt].filter(([key]) => (joined.get(key) ?? 0) >= 11_000).map(([key, at]) => at - (joined.get(key) ?? 0));
+      return { error: mean(errors), waitMs: mean(waits), measuredMs: (view.frontLagMs ?? 0) + (state.lateMs ?? 0) };
+    };
+    // The coordinator's measure (its front lag and the shards' lateness) is the wait these
+    // shoppers had, within 0.15 s (3,393 ms against 3,366).
+    const measured = run('measured');
+    expect(Math.abs(measured.measuredMs - measured.waitMs)).toBeLessThan(150);
+    // Their promises, in whole seconds, within the rounding (0.37 s late: 3.39 s told as 3).
+    expect(Math.abs(measured.error)).toBeLessThan(0.5);
+    // The old constant (2.25 s) promised 1.37 s too little; the bench's queue phase read about
+    // 1 s late along a short line. The lag expected for 32 shards alone (2.72 s) does not see
+    // late ticks and alarms.
+    expect(run('the constant').error).toBeGreaterThan(1);
   });
 
   it('reports a join pace over the last two ticks of arrivals, none for a line too young to have one', async () => {

@@ -50,6 +50,35 @@ describe('the waiting room, one shopper at a time', () => {
     expect((alarm ?? 0) - answeredAt).toBeLessThanOrEqual(TICK_MS / 2);
   });
 
+  it('measures its own delays from the rounds it lets in, shows them in the stats, and promises the next shopper by them', async () => {
+    const { goodsId } = await createQueuedGoods({ stock: 20, queue: { mode: 'always', admitPerSecond: 50, passSeconds: 60 } });
+    // Shoppers who join an empty line, one after another: each round lets in all it can see.
+    const waits: number[] = [];
+    for (let i = 0; i < 4; i++) {
+      const answer = (await join((await shopper(`measured-${i}`)).jwt, goodsId)).body;
+      const joinedAt = Date.now();
+      const live = await openLive(goodsId, { ticket: answer.ticket });
+      await live.next((e) => e.type === 'admitted', 20_000);
+      waits.push(Date.now() - joinedAt);
+      live.close();
+    }
+    type Room = { frontLagMs: number | null; lateMs: number | null };
+    const room = (await json<{ queue: Room }>(await call(`/admin/goods/${goodsId}/stats`, { headers: ADMIN }))).queue;
+    // The front lag lies between a round's lead and four ticks; with the lateness it is about
+    // the wait these shoppers had (each measured round moves it part of the way).
+    expect(room.frontLagMs).toBeGreaterThanOrEqual(TICK_MS + 250);
+    expect(room.frontLagMs).toBeLessThanOrEqual(4 * TICK_MS + 250);
+    expect(room.lateMs).toBeGreaterThanOrEqual(0);
+    const measured = (room.frontLagMs ?? 0) + (room.lateMs ?? 0);
+    expect(measured).toBeGreaterThanOrEqual(Math.min(...waits) - 1_000);
+    expect(measured).toBeLessThanOrEqual(Math.max(...waits) + 1_000);
+    // A shopper who joins now, with nobody ahead, is promised that wait, to the second (the
+    // measure may move by a round in between: within a second of it).
+    const next = (await join((await shopper('measured-next')).jwt, goodsId)).body;
+    expect(next.state).toBe('WAITING');
+    expect(Math.abs(next.etaSeconds - measured / 1000)).toBeLessThanOrEqual(1);
+  });
+
   it('moves positions and ETAs as admissions happen, over the live channel and for polling clients', async () => {
     const { goodsId } = await createQueuedGoods({ stock: 40, queue: { mode: 'always', admitPerSecond: 3, passSeconds: 60 } });
     const crowd = [];

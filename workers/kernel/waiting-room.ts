@@ -160,6 +160,8 @@ export type ShardReport = {
   at?: number;
   /** How many of its waiting shoppers joined a second lately (rules.ts `joinPace`): the coordinator counts those who joined since the report by it. */
   joinsPerSecond?: number;
+  /** How late, on average, the shard admitted the shoppers it let in since its last report, after their round's time (absent: none let in). */
+  lateMs?: number;
 };
 
 /** An admission round: every waiting key up to `cursor` is admitted at `at`. */
@@ -185,6 +187,10 @@ export type HubReply = {
   seedHash: string;
   /** How often shards report, and how far ahead of its decision a round takes effect. */
   tickMs: number;
+  /** The measured wait from a join to its round when nobody is ahead (absent until measured, or from an earlier build). */
+  frontLagMs?: number;
+  /** How late the shards let shoppers in after their round's time, on average lately (absent: not measured). */
+  lateMs?: number;
 };
 
 /** The room's totals for the stats route (and the bench's queue phase). */
@@ -205,4 +211,7 @@ export type RoomStats = {
   /** The room's shard count, and how many of them reported lately. */
   shards: number;
   shardsReporting: number;
+  /** What the ETAs take as the room's own delays, as measured lately (null: not yet): a join to its round with nobody ahead, and the shards' lateness after a round's time. */
+  frontLagMs: number | null;
+  lateMs: number | null;
 };

@@ -136,6 +136,9 @@ export const Stats = z.object({
       /** The room's shard count, and how many of them reported lately. */
       shards: z.optional(z.number()),
       shardsReporting: z.optional(z.number()),
+      /** The room's measured delays the ETAs take (null: not yet measured). */
+      frontLagMs: z.nullish(z.number()),
+      lateMs: z.nullish(z.number()),
     }),
   ),
   /** The queue's settings, which the mode switch keeps. */
