@@ -1,7 +1,7 @@
 // The bench's measure of the waiting room's admission rate (scripts/lib/bench/room.ts): it reads
 // the room's pace only while the room had a line to take from, not the joins' pace.
 import { describe, expect, it } from 'vitest';
-import { etaErrorByTenth, rateWhileQueued } from '../../scripts/lib/bench/room.ts';
+import { etaError, etaErrorByTenth, rateWhileQueued } from '../../scripts/lib/bench/room.ts';
 
 /** `n` shoppers joining `perSecond` a second from `from` (ms). */
 function joins(n: number, perSecond: number, from = 0): number[] {
@@ -53,5 +53,15 @@ describe('the ETA error along the line', () => {
     const byTenth = etaErrorByTenth([...shoppers].reverse());
     expect(byTenth).toEqual([2, 0, 0, 0, 0, 0, 0, 0, 0, -1]);
     expect(etaErrorByTenth(shoppers.slice(0, 9))).toEqual([]);
+  });
+
+  it("counts a promise from the join's answer, the moment the shopper read the ETA", () => {
+    // Joined at 0, answered 400 ms later with 3 s, let in at 3.4 s: on time, not 0.4 s late.
+    expect(etaError({ joinedAt: 0, toldAt: 400, etaS: 3, admittedAt: 3_400 })).toBe(0);
+    expect(
+      etaErrorByTenth(Array.from({ length: 10 }, (_, i) => ({ joinedAt: i, toldAt: i + 400, etaS: 3, admittedAt: i + 3_400 }))),
+    ).toEqual(Array.from({ length: 10 }, () => 0));
+    // A shopper whose answer was not seen (a result saved before) counts from the request.
+    expect(etaError({ joinedAt: 0, etaS: 3, admittedAt: 3_400 })).toBeCloseTo(0.4);
   });
 });

@@ -72,6 +72,8 @@ type Result = {
     liveMessages: number;
     timedOut: number;
     etaError: { byTenthS: number[] };
+    joinAnsweredMs: { p50: number };
+    measured: { frontLagMs: number | null; lateMs: number | null };
     coordinator: { shards: number; waiting: number; reportKB: number; ms: number }[];
   };
   classic: { skipped: string } | (Phase & { accepted: number; invariants: { ok: boolean } });
@@ -203,6 +205,12 @@ describe('npm run bench', () => {
     // The ETA's error along the line, a tenth at a time (and printed with the table).
     expect(latest.queue.etaError.byTenthS).toHaveLength(10);
     expect(printed).toContain('by tenth of the line in join order');
+    // Counted from each join's answer, whose time it prints.
+    expect(latest.queue.joinAnsweredMs.p50).toBeGreaterThan(0);
+    expect(printed).toContain("from each join's answer");
+    // The room's own delays as its coordinator measured them, from the stats.
+    expect(printed).toContain("the room's measured delays");
+    expect(latest.queue.measured).toHaveProperty('frontLagMs');
     for (const name of ['8 shards', 'waiting room', 'object delay 50 ms', 'object CPU']) {
       expect(latest.invariants.checks.filter((c) => c.goods === name).length).toBeGreaterThan(0);
     }

@@ -268,11 +268,13 @@ export async function queuePhase(c: BenchContext): Promise<{ result: QueuePhase;
     headers: c.clientHeaders,
     joinWithPost: c.o.joinWithPost,
   });
+  const room = (await c.admin.stats(goods.goodsId)).queue;
   return {
     // The coordinator's price of a room's shard count, beside what the room did.
     result: {
       ...phase,
       ...(shards ? { roomShards: shards } : {}),
+      measured: { frontLagMs: room?.frontLagMs ?? null, lateMs: room?.lateMs ?? null },
       coordinator: [ROOM_SHARDS, MAX_ROOM_SHARDS].map((s) => decisionCost(s)),
     },
     goods: [{ name: 'waiting room', goodsId: goods.goodsId, accepted }],

@@ -131,7 +131,18 @@ export function formatExtras(r: Extras): string[] {
         `${fmt(q.liveMessages)} live messages (${fmt(q.liveMessagesPerSec)}/s), ${fmt(q.admitted)} admitted, ${fmt(q.accepted)} bought, ` +
         `${fmt(q.soldOut)} told sold out, ${fmt(q.timedOut)} unfinished in ${fmt(q.durationS, 1)} s`,
       `  ETA error (actual admission - promised): |p50| ${fmt(q.etaError.p50AbsS, 1)} s, |p90| ${fmt(q.etaError.p90AbsS, 1)} s, ` +
-        `mean ${fmt(q.etaError.meanS, 2)} s, the last tenth of the line ${fmt(q.etaError.lastTenthMeanAbsS, 2)} s`,
+        `mean ${fmt(q.etaError.meanS, 2)} s, the last tenth of the line ${fmt(q.etaError.lastTenthMeanAbsS, 2)} s` +
+        // Results saved before the ETA counted from the answer have no such field.
+        (q.joinAnsweredMs
+          ? ` (from each join's answer: p50 ${fmt(q.joinAnsweredMs.p50)} ms, p90 ${fmt(q.joinAnsweredMs.p90)} ms after the request)`
+          : ''),
+      // Results saved before the room measured its delays have no such field.
+      ...(q.measured
+        ? [
+            `  the room's measured delays, which its ETAs take: a join to its round with nobody ahead ${q.measured.frontLagMs === null ? 'not measured' : `${fmt(q.measured.frontLagMs)} ms`}, ` +
+              `its shards' lateness after a round's time ${q.measured.lateMs === null ? 'not measured' : `${fmt(q.measured.lateMs)} ms`}`,
+          ]
+        : []),
       // Results saved before this measure have no such field.
       ...(q.etaError.byTenthS?.length
         ? [

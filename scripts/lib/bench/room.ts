@@ -27,7 +27,7 @@ export type QueuePhase = {
   soldOut: number;
   accepted: number;
   refused: Record<string, number>;
-  /** Seconds: actual admission minus the ETA the join promised (positive: later than promised). */
+  /** Seconds: actual admission minus the ETA the join promised, counted from its answer (positive: later than promised). */
   etaError: {
     p50AbsS: number | null;
     p90AbsS: number | null;
@@ -36,6 +36,10 @@ export type QueuePhase = {
     /** etaErrorByTenth; absent from results saved before it. */
     byTenthS?: number[];
   };
+  /** The room's own delays its ETAs took at the end (the stats' `frontLagMs` and `lateMs`); absent from results saved before them. */
+  measured?: { frontLagMs: number | null; lateMs: number | null };
+  /** How long a join took to answer (the ETA counts from the answer); absent from results saved before it. */
+  joinAnsweredMs?: { p50: number | null; p90: number | null };
   /** Admissions a second while the line held at least two seconds' worth the room knew of (rateWhileQueued). */
   admittedWhileQueued: { perSecond: number | null; seconds: number };
   durationS: number;
@@ -46,11 +50,25 @@ type Shopper = BenchUser & {
   ticket?: string;
   joinedAt: number;
   etaS: number;
+  /** When the join's answer, and with it the ETA, reached the shopper: the ETA counts from here. */
+  toldAt?: number;
   admittedAt?: number;
   pass?: string;
   done: boolean;
   socket?: WebSocket;
 };
+
+/** A shopper's promise: joined (the request sent), told the ETA (its answer in), admitted. */
+type Promised = { joinedAt: number; toldAt?: number; etaS: number; admittedAt: number };
+
+/**
+ * Seconds between a shopper's admission and the one their ETA promised (positive: later). The ETA
+ * counts from the join's answer, which the shopper reads; counted from the request, the join's own
+ * time in the crowd (0.1-0.9 s here) read as the room's lateness.
+ */
+export function etaError(s: Promised): number {
+  return (s.admittedAt - (s.toldAt ?? s.joinedAt)) / 1000 - s.etaS;
+}
 
 /**
  * The ETA error (admission minus the promise, in seconds; positive: later than promised) of each
@@ -59,14 +77,14 @@ type Shopper = BenchUser & {
  * shows as the middle tenths running late; the last tenth as the line's end). Fewer than ten
  * shoppers: none.
  */
-export function etaErrorByTenth(shoppers: readonly { joinedAt: number; etaS: number; admittedAt: number }[]): number[] {
+export function etaErrorByTenth(shoppers: readonly Promised[]): number[] {
   if (shoppers.length < 10) {
     return [];
   }
   const byJoin = [...shoppers].sort((a, b) => a.joinedAt - b.joinedAt);
   return Array.from({ length: 10 }, (_, k) => {
     const tenth = byJoin.slice(Math.floor((k * byJoin.length) / 10), Math.floor(((k + 1) * byJoin.length) / 10));
-    const sum = tenth.reduce((n, s) => n + (s.admittedAt - s.joinedAt) / 1000 - s.etaS, 0);
+    const sum = tenth.reduce((n, s) => n + etaError(s), 0);
     return round(sum / tenth.length, 2);
   });
 }
@@ -172,6 +190,7 @@ export async function runQueuePhase(o: {
   const took = (s: Shopper, body: Answer) => {
     s.ticket = body.ticket;
     s.etaS = body.etaSeconds ?? 0;
+    s.toldAt = Date.now();
     if (body.state === 'ADMITTED') {
       admit(s, body.pass);
     } else if (body.state === 'SOLD_OUT') {
@@ -308,7 +327,9 @@ export async function runQueuePhase(o: {
   }
 
   const admittedList = shoppers.filter((s) => s.admittedAt !== undefined).sort((a, b) => (a.admittedAt ?? 0) - (b.admittedAt ?? 0));
-  const errors = admittedList.map((s) => ((s.admittedAt ?? 0) - s.joinedAt) / 1000 - s.etaS);
+  const promises = admittedList.map((s) => ({ joinedAt: s.joinedAt, toldAt: s.toldAt, etaS: s.etaS, admittedAt: s.admittedAt ?? 0 }));
+  const errors = promises.map(etaError);
+  const answered = percentiles(shoppers.flatMap((s) => (s.toldAt === undefined ? [] : [s.toldAt - s.joinedAt])));
   const abs = errors.map(Math.abs);
   const lastTenth = abs.slice(Math.floor(abs.length * 0.9));
   const mean = (xs: number[]) => (xs.length ? round(xs.reduce((a, b) => a + b, 0) / xs.length, 2) : null);
@@ -334,7 +355,11 @@ export async function runQueuePhase(o: {
         p90AbsS: absP.p90Ms === null ? null : round(absP.p90Ms, 2),
         meanS: mean(errors),
         lastTenthMeanAbsS: mean(lastTenth),
-        byTenthS: etaErrorByTenth(admittedList.map((s) => ({ joinedAt: s.joinedAt, etaS: s.etaS, admittedAt: s.admittedAt ?? 0 }))),
+        byTenthS: etaErrorByTenth(promises),
+      },
+      joinAnsweredMs: {
+        p50: answered.p50Ms === null ? null : Math.round(answered.p50Ms),
+        p90: answered.p90Ms === null ? null : Math.round(answered.p90Ms),
       },
       admittedWhileQueued: rateWhileQueued(
         shoppers.filter((s) => s.ticket).map((s) => s.joinedAt),

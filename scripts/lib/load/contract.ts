@@ -46,6 +46,8 @@ const Stats = z.looseObject({
   outboxPending: z.number(),
   deadLetters: z.number().optional(),
   consistent: z.boolean(),
+  /** The waiting room's figures, the ones the tools read (mode off: none). */
+  queue: z.looseObject({ frontLagMs: z.number().nullish(), lateMs: z.number().nullish() }).nullish(),
 });
 /** GET /admin/goods/:id/stats. */
 export type Stats = z.infer<typeof Stats>;
