@@ -34,10 +34,15 @@ export type HubState = {
   lateMs: number | null;
   /** Whether the last decision admitted every key it could (so the next round's keys waited for no rate). */
   drained: boolean;
+  /** Each shard's latest `bought` (kept across restarts: a quiet shard reports it once). */
+  bought: Record<string, number>;
 };
 
-/** The stock object's figures: units not held, reservations waiting for Postgres, and confirmed orders. */
-export type Stock = { remaining: number; queued: number; confirmed: number };
+/**
+ * The stock object's figures: units not held, reservations waiting for Postgres, and confirmed
+ * orders; `exact` when they are the goods' own (one stock shard), not shard 0's scaled up.
+ */
+export type Stock = { remaining: number; queued: number; confirmed: number; exact?: boolean };
 
 /** The part of every reply a decision fixes until the next one. */
 export type HubView = {
@@ -134,6 +139,34 @@ export function lateness(previous: number | null, lateMs: number, tickMs: number
   return Math.round(previous === null ? measured : previous + (measured - previous) * LATE_WEIGHT);
 }
 
+/**
+ * Purchases the stock object has confirmed whose shards had not heard of them when they last
+ * reported: each such shopper still counts as outstanding there, and their unit is no longer in
+ * the stock's `remaining + queued`, so the free units count them twice. In a wave of purchases
+ * that held the last shoppers of a line whose stock equals its crowd for seconds (628
+ * confirmations in one decision's second, the free units at -229 with 380 waiting). A shard
+ * reports how many of its admitted shoppers it has heard bought, in the same report as its
+ * outstanding ones, so each purchase is in one of the two; the stock's confirmed orders less
+ * every shard's `bought` is then the purchases counted twice, or fewer (an order released since
+ * counts on the shards' side only). That holds only where every confirmed order is an admitted
+ * shopper's single unit: a room that is always on, one unit a shopper, the stock's own figures
+ * (one stock shard), and every shard of a build that reports `bought`. Never more than the
+ * confirmations of the settle window, which such purchases are.
+ */
+export function heardLate(
+  stock: Stock | undefined,
+  goods: RoomGoods,
+  reports: readonly Reported[],
+  bought: Record<string, number>,
+  settledLately: number,
+): number {
+  if (!stock?.exact || goods.mode !== 'always' || goods.unitsPerShopper !== 1 || reports.some((r) => r.bought === undefined)) {
+    return 0;
+  }
+  const heard = Object.values(bought).reduce((a, b) => a + b, 0);
+  return Math.max(0, Math.min(stock.confirmed - heard, settledLately));
+}
+
 /** Whether a room holds shoppers in line before its coordinator has said anything. */
 export function defaultActive(goods: RoomGoods, now: number): boolean {
   if (goods.mode === 'always') {
@@ -164,6 +197,7 @@ export function initialHubState(goods: RoomGoods, now: number): HubState {
     frontLagMs: null,
     lateMs: null,
     drained: true,
+    bought: {},
   };
 }
 
@@ -306,6 +340,13 @@ export function decide(
   const settledLately = stock ? Math.max(0, stock.confirmed - Math.min(...confirmedSamples.map((c) => c.n))) : 0;
   const ended = now >= goods.endAt;
   const open = now >= goods.startAt && !ended && !goods.paused;
+  const bought = { ...state.bought };
+  for (const r of reports) {
+    if (r.bought !== undefined) {
+      bought[String(r.shard)] = r.bought;
+    }
+  }
+  const unheard = heardLate(stock, goods, reports, bought, settledLately);
 
   const capacity = Math.max(1, goods.admitPerSecond);
   // The rate accrues for the time since the last decision, up to BUCKET_TICKS ticks: decisions
@@ -314,7 +355,7 @@ export function decide(
   const elapsed = Math.min(BUCKET_TICKS * tickMs, Math.max(0, state.decidedAt === 0 ? tickMs : now - state.decidedAt));
   const bucket = capacity * Math.max(1, elapsed / 1000);
   let tokens = open ? Math.min(bucket, state.tokens + (capacity * elapsed) / 1000) : 0;
-  const n = open ? Math.max(0, Math.min(Math.floor(tokens), Math.floor(Math.max(0, free)), front.length)) : 0;
+  const n = open ? Math.max(0, Math.min(Math.floor(tokens), Math.floor(Math.max(0, free + unheard)), front.length)) : 0;
   let { round, cursor, rounds, frontLagMs } = state;
   if (n > 0) {
     round += 1;
@@ -388,6 +429,7 @@ export function decide(
     lastLine: found,
     frontLagMs,
     drained: n === front.length,
+    bought,
   };
   const { active, quietSince } = activity(next, goods, waiting + preQueued, now, tickMs);
   const measured: Measured = {

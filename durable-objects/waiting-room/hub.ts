@@ -25,6 +25,7 @@ const StoredHub = z.object({
   frontLagMs: z.number().nullable().default(null),
   lateMs: z.number().nullable().default(null),
   drained: z.boolean().default(true),
+  bought: z.record(z.string(), z.number()).default({}),
 });
 
 const StoredView = z.object({
@@ -160,7 +161,12 @@ export class RoomHub {
         return undefined;
       }
       const n = snapshot.shards ?? 1;
-      return { remaining: snapshot.goodsRemaining ?? snapshot.remaining, queued: snapshot.queued * n, confirmed: snapshot.confirmed * n };
+      return {
+        remaining: snapshot.goodsRemaining ?? snapshot.remaining,
+        queued: snapshot.queued * n,
+        confirmed: snapshot.confirmed * n,
+        exact: n === 1,
+      };
     } catch (error) {
       log.warn('room.stock_unavailable', { goodsId: goods.goodsId, error });
       return undefined;

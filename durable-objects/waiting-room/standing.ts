@@ -68,6 +68,7 @@ export class Standing {
       exact,
       horizon,
       outstanding: this.outstanding(now),
+      bought: this.bought(),
       round: this.knownRound,
       quiet: beyond.length === 0 && unkeyed === 0,
       at: now,
@@ -157,6 +158,20 @@ export class Standing {
       if (t.round !== null && now < (t.passExpiresAt ?? 0) + TOKEN_GRACE_MS) {
         const got = this.results.get(t.userId);
         if (!got || got.at < (t.admittedAt ?? 0)) {
+          n++;
+        }
+      }
+    }
+    return n;
+  }
+
+  /** Admitted shoppers whose purchase succeeded since their admission, as far as this shard has heard. */
+  bought(): number {
+    let n = 0;
+    for (const t of this.book.byUser.values()) {
+      if (t.round !== null) {
+        const got = this.results.get(t.userId);
+        if (got && got.result.status === 'SUCCESS' && got.at >= (t.admittedAt ?? 0)) {
           n++;
         }
       }

@@ -4,6 +4,7 @@ import {
   decide,
   frontLag,
   type HubState,
+  heardLate,
   initialHubState,
   lateness,
   type Reported,
@@ -274,6 +275,115 @@ describe("the coordinator's decision", () => {
       ).toEqual([]);
       expect(toldOut.size, `lag ${lagS} s`).toBe(keys.length - STOCK);
     }
+  });
+
+  it('lets in the tail of a line as purchases are confirmed, not a tick later, and never a shopper more than the units', () => {
+    // 2,600 shoppers wait over 32 shards for 2,400 units at 400 a second. Each admitted shopper
+    // buys 200 ms after their admission; the consumer confirms what has waited 300 ms every
+    // 250 ms, and each result reaches its shard at once. Each shard reports once a tick at its own
+    // moment, late by up to 300 ms, its outstanding shoppers and (with the count) those it heard
+    // bought; the coordinator decides on a report a tick after its last decision.
+    const units = 2_400;
+    const run = (counted: boolean, over: Partial<RoomGoods> = {}) => {
+      const random = rng(31);
+      const shards = 32;
+      const g = goods({ shards, admitPerSecond: 400, ...(counted ? { unitsPerShopper: 1 } : {}), ...over });
+      const keys = Array.from({ length: units + 200 }, (_, i) => arrivalKey(10 + i, `b${String(i).padStart(5, '0')}`));
+      const sims: SimShard[] = Array.from({ length: shards }, (_, s) => ({
+        waiting: keys.filter((_, i) => i % shards === s),
+        admitted: [],
+        known: 0,
+        cursor: '',
+      }));
+      const admittedAt = new Map<string, number>();
+      const boughtAt = new Map<string, number>();
+      const heard = new Set<string>();
+      let confirmed = 0;
+      let mostLetIn = 0;
+      const latest = new Map<number, Reported>();
+      const reportsAt: { at: number; shard: number }[] = [];
+      for (let s = 0; s < shards; s++) {
+        for (let at = 1_000 + random() * TICK; at < 40_000; at += TICK + random() * 300) {
+          reportsAt.push({ at: Math.floor(at), shard: s });
+        }
+      }
+      reportsAt.sort((a, b) => a.at - b.at);
+      let state = initialHubState(g, 0);
+      let consumedAt = 0;
+      for (const e of reportsAt) {
+        const now = e.at;
+        // The shoppers buy while units are left; the consumer confirms and tells their shards.
+        for (const [k, at] of admittedAt) {
+          if (!boughtAt.has(k) && now >= at + 200 && boughtAt.size < units) {
+            boughtAt.set(k, at + 200);
+          }
+        }
+        for (; consumedAt + 250 <= now; consumedAt += 250) {
+          for (const [k, at] of boughtAt) {
+            if (!heard.has(k) && at + 300 <= consumedAt + 250) {
+              heard.add(k);
+              confirmed++;
+            }
+          }
+        }
+        const sim = sims[e.shard] as SimShard;
+        const mine = sim.admitted.map((a) => a.key);
+        latest.set(e.shard, {
+          ...report(sim, e.shard, now, g),
+          outstanding: mine.filter((k) => !heard.has(k)).length,
+          ...(counted ? { bought: mine.filter((k) => heard.has(k)).length } : {}),
+        });
+        if (state.decidedAt === 0 || now - state.decidedAt >= TICK - 100) {
+          const stock: Stock = { remaining: units - boughtAt.size, queued: boughtAt.size - confirmed, confirmed, exact: true };
+          state = decide(state, [...latest.values()], g, stock, 0, now, TICK).state;
+        }
+        apply(sim, state.rounds);
+        for (const a of sim.admitted) {
+          if (!admittedAt.has(a.key)) {
+            admittedAt.set(a.key, Math.max(now, state.rounds.find((r) => r.round === a.round)?.at ?? now));
+          }
+        }
+        // Every key the rounds cover is a shopper let in, whether or not their shard has heard yet.
+        mostLetIn = Math.max(mostLetIn, keys.filter((k) => k <= state.cursor).length);
+      }
+      return { lastAt: Math.max(...admittedAt.values()), letIn: admittedAt.size, mostLetIn, sold: boughtAt.size };
+    };
+    const plain = run(false);
+    const counted = run(true);
+    for (const r of [plain, counted]) {
+      // Every unit sold, and never more shoppers let in than units: the 200 behind them wait.
+      expect(r.sold).toBe(units);
+      expect(r.mostLetIn).toBe(units);
+      expect(r.letIn).toBe(units);
+    }
+    // Counted twice until their shards reported, the last purchases held the tail back: the last
+    // shopper was let in at 12.5 s. Counted once, at 7.8 s (6 s of the rate after the first round).
+    expect(counted.lastAt).toBeLessThan(plain.lastAt - 3_000);
+    // Where a confirmed order need not be an admitted shopper's single unit, nothing is credited.
+    for (const over of [{ mode: 'auto' as const }, { unitsPerShopper: 2 }]) {
+      expect(run(true, over).lastAt).toBeGreaterThan(counted.lastAt + 3_000);
+    }
+  });
+
+  it("counts a purchase twice no more once its shard says it heard it: only where every order is an admitted shopper's one unit", () => {
+    const g = goods({ unitsPerShopper: 1 });
+    const stock: Stock = { remaining: 10, queued: 5, confirmed: 80, exact: true };
+    const r = (shard: number, bought?: number): Reported => ({
+      ...report({ waiting: [], admitted: [], known: 0, cursor: '' }, shard, 1_000, g),
+      ...(bought === undefined ? {} : { bought }),
+    });
+    const heard = { '0': 30, '1': 40 };
+    // 80 confirmed, 70 heard of: 10 counted twice, at most what the settle window confirmed.
+    expect(heardLate(stock, g, [r(0, 30), r(1, 40)], heard, 50)).toBe(10);
+    expect(heardLate(stock, g, [r(0, 30), r(1, 40)], heard, 4)).toBe(4);
+    // A shard of an earlier build, an auto room, two units a shopper, a sharded goods' figures: none.
+    expect(heardLate(stock, g, [r(0, 30), r(1)], heard, 50)).toBe(0);
+    expect(heardLate(stock, goods({ unitsPerShopper: 1, mode: 'auto' }), [r(0, 30), r(1, 40)], heard, 50)).toBe(0);
+    expect(heardLate(stock, goods({ unitsPerShopper: 2 }), [r(0, 30), r(1, 40)], heard, 50)).toBe(0);
+    expect(heardLate(stock, goods(), [r(0, 30), r(1, 40)], heard, 50)).toBe(0);
+    expect(heardLate({ ...stock, exact: false }, g, [r(0, 30), r(1, 40)], heard, 50)).toBe(0);
+    // Orders released since they were heard of: fewer confirmed than heard, never below none.
+    expect(heardLate({ ...stock, confirmed: 60 }, g, [r(0, 30), r(1, 40)], heard, 50)).toBe(0);
   });
 
   it('tells every waiting shopper at once when nothing is left for sale or on its way, however much settled lately', () => {

@@ -63,6 +63,7 @@ export function roomGoodsOf(row: GoodsRow): RoomGoods {
     preQueueSeconds: q.preQueueSeconds ?? 0,
     passSeconds: q.passSeconds ?? DEFAULT_PASS_SECONDS,
     shards: roomShardsOf(q),
+    unitsPerShopper: row.perUserLimit,
   };
 }
 

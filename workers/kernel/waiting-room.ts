@@ -71,6 +71,8 @@ export const RoomGoods = z.object({
   passSeconds: z.number().int().positive(),
   /** The room's shard count (settings written before it existed: ROOM_SHARDS). */
   shards: z.number().int().positive().default(ROOM_SHARDS),
+  /** The most units one shopper may buy (the goods' perUserLimit); absent from an edge of an earlier build. */
+  unitsPerShopper: z.number().int().positive().optional(),
 });
 export type RoomGoods = z.infer<typeof RoomGoods>;
 
@@ -162,6 +164,8 @@ export type ShardReport = {
   joinsPerSecond?: number;
   /** How late, on average, the shard admitted the shoppers it let in since its last report, after their round's time (absent: none let in). */
   lateMs?: number;
+  /** Admitted shoppers whose purchase the shard has heard succeeded (absent from a shard of an earlier build). */
+  bought?: number;
 };
 
 /** An admission round: every waiting key up to `cursor` is admitted at `at`. */
