@@ -120,8 +120,7 @@ export function frontLag(
     return previous;
   }
   // Within a round's lead and a few ticks: a clock that jumped does not set every promise.
-  const measured = Math.min(4 * tickMs + LEAD_MARGIN_MS, Math.max(tickMs + LEAD_MARGIN_MS, sum / n));
-  return Math.round(previous === null ? measured : previous + (measured - previous) * FRONT_LAG_WEIGHT);
+  return towards(previous, Math.min(4 * tickMs + LEAD_MARGIN_MS, Math.max(tickMs + LEAD_MARGIN_MS, sum / n)), FRONT_LAG_WEIGHT);
 }
 
 /** How much of the lateness one report moves: every busy shard reports once a tick, so a few ticks' worth. */
@@ -135,8 +134,12 @@ const LATE_WEIGHT = 0.1;
  * report comes, not at decisions: a shard that let in one shopper says so in one report only.
  */
 export function lateness(previous: number | null, lateMs: number, tickMs: number): number {
-  const measured = Math.min(2 * tickMs, Math.max(0, lateMs));
-  return Math.round(previous === null ? measured : previous + (measured - previous) * LATE_WEIGHT);
+  return towards(previous, Math.min(2 * tickMs, Math.max(0, lateMs)), LATE_WEIGHT);
+}
+
+/** A running measure moved `weight` of the way to a new reading (the reading itself when there was none), in whole ms. */
+function towards(previous: number | null, measured: number, weight: number): number {
+  return Math.round(previous === null ? measured : previous + (measured - previous) * weight);
 }
 
 /**
