@@ -40,7 +40,7 @@ export type HubState = {
 
 /**
  * The stock object's figures: units not held, reservations waiting for Postgres, and confirmed
- * orders; `exact` when they are the goods' own (one stock shard), not shard 0's scaled up.
+ * orders; `exact` when the last two are every stock shard's own count, not shard 0's scaled up.
  */
 export type Stock = { remaining: number; queued: number; confirmed: number; exact?: boolean };
 
@@ -152,8 +152,8 @@ function towards(previous: number | null, measured: number, weight: number): num
  * outstanding ones, so each purchase is in one of the two; the stock's confirmed orders less
  * every shard's `bought` is then the purchases counted twice, or fewer (an order released since
  * counts on the shards' side only). That holds only where every confirmed order is an admitted
- * shopper's single unit: a room that is always on, one unit a shopper, the stock's own figures
- * (one stock shard), and every shard of a build that reports `bought`. Never more than the
+ * shopper's single unit: a room that is always on, one unit a shopper, orders counted by every
+ * stock shard (`exact`), and every shard of a build that reports `bought`. Never more than the
  * confirmations of the settle window, which such purchases are.
  */
 export function heardLate(

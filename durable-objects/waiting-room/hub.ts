@@ -148,25 +148,38 @@ export class RoomHub {
   }
 
   /**
-   * Units not held, and reservations still waiting for Postgres, from the goods' stock object:
-   * one call a tick. Unknown (no object yet, or it did not answer) admits by the rate alone and
-   * tells nobody sold out. A sharded goods is read from shard 0 alone: it knows the pool and
-   * what the other shards last reported (an upper bound while they sell), and its backlog
-   * stands for every shard's (shoppers spread evenly over the shards by the hash of their id).
+   * Units not held, reservations still waiting for Postgres, and confirmed orders, from the
+   * goods' stock object: one call a stock shard a tick. Unknown (no object yet, or shard 0 did
+   * not answer) admits by the rate alone and tells nobody sold out. A sharded goods' units not
+   * held are shard 0's figure (it knows the pool and what the others last reported: an upper
+   * bound while they sell); its reservations and orders are every shard's own, read side by
+   * side, so the confirmed count is the goods' own (`exact`, which the admissions' count of
+   * purchases heard late needs). A shard that does not answer leaves shard 0's figures scaled
+   * up (shoppers spread evenly over the shards by the hash of their id), not exact.
    */
   private async readStock(goods: RoomGoods): Promise<Stock | undefined> {
+    const placement = { id: goods.goodsId, locationHint: goods.locationHint };
     try {
-      const snapshot = await goodsStock(this.env, { id: goods.goodsId, locationHint: goods.locationHint }).snapshot();
+      const snapshot = await goodsStock(this.env, placement).snapshot();
       if (!snapshot) {
         return undefined;
       }
+      const remaining = snapshot.goodsRemaining ?? snapshot.remaining;
       const n = snapshot.shards ?? 1;
-      return {
-        remaining: snapshot.goodsRemaining ?? snapshot.remaining,
-        queued: snapshot.queued * n,
-        confirmed: snapshot.confirmed * n,
-        exact: n === 1,
-      };
+      const others = await Promise.all(
+        Array.from({ length: n - 1 }, (_, i) =>
+          goodsStock(this.env, placement, i + 1)
+            .snapshot()
+            .catch(() => undefined),
+        ),
+      );
+      const read = others.filter((o) => o !== undefined && o !== null);
+      if (read.length === others.length) {
+        const all = [snapshot, ...read];
+        const sum = (f: (o: (typeof all)[number]) => number) => all.reduce((t, o) => t + f(o), 0);
+        return { remaining, queued: sum((o) => o.queued), confirmed: sum((o) => o.confirmed), exact: true };
+      }
+      return { remaining, queued: snapshot.queued * n, confirmed: snapshot.confirmed * n, exact: false };
     } catch (error) {
       log.warn('room.stock_unavailable', { goodsId: goods.goodsId, error });
       return undefined;

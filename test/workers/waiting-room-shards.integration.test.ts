@@ -1,7 +1,10 @@
+import { runInDurableObject } from 'cloudflare:test';
+import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
-import { roomShardOf } from '../../durable-objects/routing';
-import { ROOM_SHARDS } from '../../workers/kernel/waiting-room';
-import { ADMIN, call, json } from './helpers';
+import { goodsStock, roomHub, roomShardOf, stockShardOf } from '../../durable-objects/routing';
+import type { Stock } from '../../durable-objects/waiting-room/hub-rules';
+import { ROOM_SHARDS, type RoomGoods } from '../../workers/kernel/waiting-room';
+import { ADMIN, buy, call, createGoods, eventually, json } from './helpers';
 import { buyWithPass, createQueuedGoods, type Live, openLive, shopper, ticketNow } from './room-helpers';
 
 // A goods' own room shard count (`queue.shards`): where its shoppers land, what the consumer
@@ -140,5 +143,43 @@ describe('a waiting room with its own shard count', () => {
     r = await put(plain.body.goodsId, { mode: 'always', shards: ROOM_SHARDS });
     expect(r.status).toBe(200);
     expect((await roomStats(plain.body.goodsId)).shards).toBe(ROOM_SHARDS);
+  });
+
+  it("reads a sharded goods' reservations and orders from every stock shard, not shard 0's scaled up", async () => {
+    const { goodsId } = await createGoods({ stock: 8, shards: 4 });
+    const placement = { id: goodsId, locationHint: null, shards: 4 };
+    // Four buyers, none on stock shard 0: shard 0's own figures scaled up would read no orders.
+    const buyers: string[] = [];
+    for (let i = 0; buyers.length < 4; i++) {
+      const u = `sharded-orders-${i}`;
+      if (stockShardOf(placement, u) !== 0) {
+        buyers.push(u);
+      }
+    }
+    for (const u of buyers) {
+      expect((await buy(u, goodsId)).status).toBe(202);
+    }
+    const goods: RoomGoods = {
+      goodsId,
+      locationHint: null,
+      startAt: 0,
+      endAt: Date.now() + 60_000,
+      paused: false,
+      mode: 'always',
+      admitPerSecond: 10,
+      preQueueSeconds: 0,
+      passSeconds: 60,
+      shards: 4,
+    };
+    type Hub = { hub(): { readStock(g: RoomGoods): Promise<Stock | undefined> } };
+    const read = () => runInDurableObject(roomHub(env, placement), (instance) => (instance as unknown as Hub).hub().readStock(goods));
+    // Once the consumer has confirmed them: the goods' own count, exact.
+    const stock = await eventually(async () => {
+      const s = await read();
+      return s && s.confirmed === 4 && s.queued === 0 ? s : undefined;
+    });
+    expect(stock).toMatchObject({ confirmed: 4, queued: 0, exact: true });
+    const zero = await goodsStock(env, placement, 0).snapshot();
+    expect(zero?.confirmed).toBe(0);
   });
 });
