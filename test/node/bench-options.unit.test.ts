@@ -52,6 +52,17 @@ describe('the open-file check of the queue phase', () => {
     expect(() => o(['--room-shards', '129'])).toThrow(/room-shards/);
   });
 
+  it("takes the room's goods' stock shards within what a goods takes, one by default", () => {
+    const o = (args: string[]) => {
+      const parsed = parseBenchOptions(['--queue-shoppers', '100', ...args]);
+      return 'queueStockShards' in parsed ? parsed.queueStockShards : 'help';
+    };
+    expect(o([])).toBe(1);
+    expect(o(['--queue-stock-shards', '8'])).toBe(8);
+    expect(() => o(['--queue-stock-shards', '0'])).toThrow(/queue-stock-shards/);
+    expect(() => o(['--queue-stock-shards', '65'])).toThrow(/queue-stock-shards/);
+  });
+
   const limit = openFileLimit();
   it.skipIf(limit === undefined || limit >= 101_100)("refuses the largest line before starting anything, under this shell's limit", () => {
     expect(() => parseBenchOptions(['--queue-shoppers', '100000'])).toThrow(/ulimit -n/);

@@ -36,6 +36,7 @@ a redis-server and PostgreSQL answer), the targets, and the invariants afterward
   --admit-per-second N     the waiting room's admissions per second (default 200: below the
                            joins' pace here, so the line holds and the room's own rate shows)
   --room-shards N          shards of the waiting room's goods (1-128; default: the goods' default, 32)
+  --queue-stock-shards N   stock shards of the waiting room's goods (1-64; default 1)
   --join-with-post         queue shoppers join with POST .../queue and then open the live channel with
                            their ticket (two requests to their shard) instead of GET .../live?join=1
   --no-classic             skip the classic stack (default: run it when a redis-server, at
@@ -75,6 +76,7 @@ const OPTIONS = {
   'queue-shoppers': { type: 'string' },
   'join-with-post': { type: 'boolean' },
   'room-shards': { type: 'string' },
+  'queue-stock-shards': { type: 'string' },
   'admit-per-second': { type: 'string' },
   'no-classic': { type: 'boolean' },
   help: { type: 'boolean' },
@@ -149,6 +151,7 @@ function benchSettings(values: Values) {
     queueShoppers: intOption(values['queue-shoppers'], 'queue-shoppers', 0, 100_000) ?? 4_000,
     admitPerSecond: intOption(values['admit-per-second'], 'admit-per-second', 1, 100_000) ?? 200,
     roomShards: intOption(values['room-shards'], 'room-shards', 1, 128),
+    queueStockShards: intOption(values['queue-stock-shards'], 'queue-stock-shards', 1, 64) ?? 1,
     joinWithPost: values['join-with-post'] ?? false,
     classic: !(values['no-classic'] ?? false),
   };

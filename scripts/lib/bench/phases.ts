@@ -255,7 +255,11 @@ export async function queuePhase(c: BenchContext): Promise<{ result: QueuePhase;
   const how = c.o.joinWithPost ? 'join with POST .../queue, then hold the live channel' : 'join as their live channel opens, hold it';
   const shards = c.o.roomShards;
   c.say(`Queue: ${n} shoppers ${how} (an always-on line, ${admitPerSecond}/s${shards ? `, ${shards} room shards` : ''}), buy...`);
-  const goods = await saleGoods(c, 'waiting room', n, { queue: { mode: 'always', admitPerSecond, ...(shards ? { shards } : {}) } });
+  const stockShards = c.o.queueStockShards;
+  const goods = await saleGoods(c, 'waiting room', n, {
+    queue: { mode: 'always', admitPerSecond, ...(shards ? { shards } : {}) },
+    ...(stockShards > 1 ? { shards: stockShards } : {}),
+  });
   const users = await c.minter.users('line', n);
   const { phase, accepted } = await runQueuePhase({
     http: c.http,
@@ -274,6 +278,7 @@ export async function queuePhase(c: BenchContext): Promise<{ result: QueuePhase;
     result: {
       ...phase,
       ...(shards ? { roomShards: shards } : {}),
+      ...(stockShards > 1 ? { stockShards } : {}),
       measured: { frontLagMs: room?.frontLagMs ?? null, lateMs: room?.lateMs ?? null },
       coordinator: [ROOM_SHARDS, MAX_ROOM_SHARDS].map((s) => decisionCost(s)),
     },

@@ -126,7 +126,7 @@ export function formatExtras(r: Extras): string[] {
   if (q) {
     lines.push(
       '',
-      `Waiting room: ${fmt(q.shoppers)} shoppers, ${fmt(q.admitPerSecond)} admitted/s${q.roomShards ? ` over ${fmt(q.roomShards)} shards` : ''}: ` +
+      `Waiting room: ${fmt(q.shoppers)} shoppers, ${fmt(q.admitPerSecond)} admitted/s${q.roomShards ? ` over ${fmt(q.roomShards)} shards` : ''}${q.stockShards ? `, ${fmt(q.stockShards)} stock shards` : ''}: ` +
         `joined ${fmt(q.joinedPerSec)}/s (${q.joinedWith === 'post' ? 'POST .../queue, then the live channel' : 'as the live channel opened'}), ` +
         `${fmt(q.liveMessages)} live messages (${fmt(q.liveMessagesPerSec)}/s), ${fmt(q.admitted)} admitted, ${fmt(q.accepted)} bought, ` +
         `${fmt(q.soldOut)} told sold out, ${fmt(q.timedOut)} unfinished in ${fmt(q.durationS, 1)} s`,

@@ -15,6 +15,8 @@ export type QueuePhase = {
   admitPerSecond: number;
   /** The room's shard count when the bench set one (`--room-shards`); absent: the default. */
   roomShards?: number;
+  /** The goods' stock shards when the bench set more than one (`--queue-stock-shards`). */
+  stockShards?: number;
   /** One decision of the coordinator over full reports, at the default and the largest shard count (room-decision.ts). */
   coordinator?: DecisionCost[];
   joined: number;
