@@ -185,7 +185,7 @@ export const LEAD_MARGIN_MS = 250;
 
 /**
  * How long after the line could take a shopper at its front the admission reaches them, on
- * average, before the coordinator has measured it (`frontLag` in hub-rules.ts): a decision passes
+ * average, before the coordinator has measured it (`frontLag` in measures.ts): a decision passes
  * a key once every shard has reported after it (each reports once a tick at its own moment: the
  * last of `shards` reports comes `shards / (shards + 1)` of a tick later on average, half a tick
  * for one shard), the key waits for the next decision (half a tick), and the round takes effect
@@ -198,9 +198,19 @@ export function admissionLagMs(tickMs: number, shards: number): number {
 
 /**
  * The room's own delays as the coordinator measured them (`frontLag` and `lateness` in
- * hub-rules.ts), or, for the front lag, admissionLagMs until it has.
+ * measures.ts), or, for the front lag, admissionLagMs until it has.
  */
 export type Measured = { frontLagMs: number; lateMs?: number };
+
+/** The delays an ETA takes: the measured ones, and the front lag `shards` implies until one is measured. */
+export function measuredOr(
+  frontLagMs: number | null | undefined,
+  lateMs: number | null | undefined,
+  tickMs: number,
+  shards: number,
+): Measured {
+  return { frontLagMs: frontLagMs ?? admissionLagMs(tickMs, shards), ...(lateMs === null || lateMs === undefined ? {} : { lateMs }) };
+}
 
 /**
  * Seconds until a shopper with `position` ahead is admitted at `rate` a second, to the nearest.

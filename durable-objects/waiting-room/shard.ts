@@ -30,8 +30,6 @@ export class ShardRoom {
   /** Rounds heard of but not yet due, and the latest round and cursor known. */
   private pending: Round[] = [];
   private arrivals = 0;
-  /** Shoppers let in since the last report, and their total lateness after their rounds' times (see ShardReport.lateMs). */
-  private late = { ms: 0, n: 0 };
   private reporting = false;
   private reportedAt = 0;
   /** The last report said nothing waits here: the next waiting shopper is reported before the join is answered. */
@@ -327,15 +325,10 @@ export class ShardRoom {
         messages,
         live: this.ctx.getWebSockets().length,
       });
-      const late = { ...this.late };
-      if (late.n > 0) {
-        report.lateMs = Math.round(late.ms / late.n);
-      }
       const reply = await roomHub(this.env, { id: goods.goodsId, locationHint: goods.locationHint }).report(report);
       this.reportedAt = Date.now();
       this.quietReported = report.quiet === true;
       this.arrivals -= report.arrivals;
-      this.late = { ms: this.late.ms - late.ms, n: this.late.n - late.n };
       this.s.hub = reply;
       for (const r of reply.rounds) {
         if (r.round > this.s.knownRound) {
@@ -385,8 +378,7 @@ export class ShardRoom {
           this.store.admit(t.id, r.round, r.at, t.passExpiresAt ?? r.at);
           admitted.push(t);
         }
-        this.late.ms += (now - r.at) * (admitted.length - before);
-        this.late.n += admitted.length - before;
+        this.s.admittedLate(admitted.length - before, now - r.at);
         this.counters.round = r.round;
         this.counters.cursor = r.cursor;
       }

@@ -10,18 +10,7 @@ import {
 } from '../../workers/kernel/waiting-room';
 import { Book, type Ticket } from './book';
 import { activeAt, defaultActive } from './hub-rules';
-import {
-  admissionLagMs,
-  after,
-  etaSeconds,
-  exactKeysFor,
-  joinPace,
-  type Measured,
-  NOTHING,
-  placeOf,
-  reportKeys,
-  timeHorizon,
-} from './rules';
+import { after, etaSeconds, exactKeysFor, joinPace, type Measured, measuredOr, NOTHING, placeOf, reportKeys, timeHorizon } from './rules';
 
 /** How often a busy shard reports to the coordinator. */
 export const TICK_MS = 1_000;
@@ -38,15 +27,25 @@ export class Standing {
   book = new Book();
   readonly results = new Map<string, { result: RoomResult; at: number }>();
   hub: HubReply | undefined;
+  /** Shoppers let in since the last report, and their total lateness after their rounds' times (ShardReport.lateMs). */
+  private late = { ms: 0, n: 0 };
   /** The latest round and cursor heard of (rounds may not be due yet). */
   knownRound = 0;
   knownCursor = '';
 
   constructor(private readonly tokenSecret: () => string) {}
 
+  /** Notes `n` shoppers let in `lateMs` after their round's time, for the next report. */
+  admittedLate(n: number, lateMs: number): void {
+    this.late.ms += lateMs * n;
+    this.late.n += n;
+  }
+
   /**
    * The report to the coordinator: the waiting keys above the last cursor heard of (reportKeys),
-   * the horizon below which every key is in it, and the shard's counters (`c`).
+   * the horizon below which every key is in it, and the shard's counters (`c`). It takes the
+   * lateness noted since the last one (a report that fails to arrive loses one sample of a
+   * running measure, nothing more).
    */
   report(
     goods: RoomGoods,
@@ -58,6 +57,8 @@ export class Standing {
     const { keys, exact } = reportKeys(beyond, exactKeysFor(goods));
     const unkeyed = this.book.unkeyed.size;
     const horizon = unkeyed > 0 ? NOTHING : exact < beyond.length ? after(beyond[exact - 1] ?? '') : timeHorizon(now);
+    const late = this.late;
+    this.late = { ms: 0, n: 0 };
     return {
       goods,
       ...c,
@@ -73,6 +74,7 @@ export class Standing {
       quiet: beyond.length === 0 && unkeyed === 0,
       at: now,
       ...joinPace(beyond, now, TICK_MS),
+      ...(late.n > 0 ? { lateMs: Math.round(late.ms / late.n) } : {}),
     };
   }
 
@@ -85,9 +87,7 @@ export class Standing {
   stateOf(t: Ticket, now: number): TicketState {
     const goods = this.goods;
     if (t.round !== null) {
-      const got = this.results.get(t.userId);
-      const bought = got !== undefined && got.at >= (t.admittedAt ?? 0);
-      return !bought && now >= (t.passExpiresAt ?? 0) ? 'EXPIRED' : 'ADMITTED';
+      return !this.resultSince(t) && now >= (t.passExpiresAt ?? 0) ? 'EXPIRED' : 'ADMITTED';
     }
     if (goods && now >= goods.endAt) {
       return 'SOLD_OUT';
@@ -155,11 +155,8 @@ export class Standing {
   outstanding(now: number): number {
     let n = 0;
     for (const t of this.book.byUser.values()) {
-      if (t.round !== null && now < (t.passExpiresAt ?? 0) + TOKEN_GRACE_MS) {
-        const got = this.results.get(t.userId);
-        if (!got || got.at < (t.admittedAt ?? 0)) {
-          n++;
-        }
+      if (t.round !== null && now < (t.passExpiresAt ?? 0) + TOKEN_GRACE_MS && !this.resultSince(t)) {
+        n++;
       }
     }
     return n;
@@ -169,14 +166,17 @@ export class Standing {
   bought(): number {
     let n = 0;
     for (const t of this.book.byUser.values()) {
-      if (t.round !== null) {
-        const got = this.results.get(t.userId);
-        if (got && got.result.status === 'SUCCESS' && got.at >= (t.admittedAt ?? 0)) {
-          n++;
-        }
+      if (t.round !== null && this.resultSince(t)?.status === 'SUCCESS') {
+        n++;
       }
     }
     return n;
+  }
+
+  /** The result of an admitted ticket's purchase, when one came since its admission (an earlier one was a pass before). */
+  private resultSince(t: Ticket): RoomResult | undefined {
+    const got = this.results.get(t.userId);
+    return got && got.at >= (t.admittedAt ?? 0) ? got.result : undefined;
   }
 
   /** Forgets every ticket, result and reply (a sale long over). */
@@ -188,11 +188,7 @@ export class Standing {
 
   /** The room's delays the ETA takes: the coordinator's measure, else the front lag expected for the room's shard count. */
   private measured(): Measured {
-    const hub = this.hub;
-    return {
-      frontLagMs: hub?.frontLagMs ?? admissionLagMs(TICK_MS, this.spread()),
-      ...(hub?.lateMs === undefined ? {} : { lateMs: hub.lateMs }),
-    };
+    return measuredOr(this.hub?.frontLagMs, this.hub?.lateMs, TICK_MS, this.spread());
   }
 
   /** Shoppers in the whole room that one of this shard's stands for (the room's shard count). */

@@ -1,15 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { countBelow, countsBelow, type Lane, surelyBelow } from '../../durable-objects/waiting-room/counts';
-import {
-  decide,
-  frontLag,
-  type HubState,
-  heardLate,
-  initialHubState,
-  lateness,
-  type Reported,
-  type Stock,
-} from '../../durable-objects/waiting-room/hub-rules';
+import { decide, type HubState, initialHubState, type Reported, type Stock } from '../../durable-objects/waiting-room/hub-rules';
+import { frontLag, heardLate, lateness } from '../../durable-objects/waiting-room/measures';
 import {
   admissionLagMs,
   after,
