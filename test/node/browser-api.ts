@@ -44,6 +44,7 @@ export async function createGoods(
     queue?: { mode: 'off' | 'auto' | 'always'; admitPerSecond?: number; preQueueSeconds?: number };
     perUserLimit?: number;
     eligibility?: 'open' | 'allowlist';
+    shards?: number;
   } = {},
 ): Promise<GoodsView> {
   const now = Date.now();
@@ -61,6 +62,7 @@ export async function createGoods(
       ...(options.queue ? { queue: options.queue } : {}),
       ...(options.perUserLimit ? { perUserLimit: options.perUserLimit } : {}),
       ...(options.eligibility ? { eligibility: options.eligibility } : {}),
+      ...(options.shards ? { shards: options.shards } : {}),
     },
   });
   expect(res.status, JSON.stringify(res.body)).toBe(201);

@@ -203,6 +203,8 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
     const sale = await createGoods(stack, { stock: 10, title: 'Dashboard phone' });
     await buyViaApi(stack, 'ivan', sale.goodsId);
     await buyViaApi(stack, 'judy', sale.goodsId);
+    const sharded = await createGoods(stack, { stock: 40, title: 'Dashboard sharded phone', shards: 4 });
+    await buyViaApi(stack, 'lena', sharded.goodsId);
 
     const page = await open({ viewport: { width: 1280, height: 900 } });
     await visit(page, `${stack.baseUrl}/admin`);
@@ -219,6 +221,16 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
     expect(await field('consistent')).toBe('Consistent');
     expect(await card.locator('[data-field="orders"] tr', { hasText: 'Pending payment' }).locator('td').textContent()).toBe('2');
     expect(await field('status')).toBe('On sale');
+    // One stock shard is the goods' object itself: no shard table.
+    expect(await card.locator('[data-field="shardsBox"]').isHidden()).toBe(true);
+    // A sharded goods: a row per shard, adding up to the goods' total.
+    const shardCard = await goodsCard(page, sharded.goodsId);
+    await expect.poll(() => shardCard.field('doRemaining'), { timeout: 10_000 }).toBe('39');
+    const rows = shardCard.card.locator('[data-field="shardRows"] tr');
+    expect(await rows.locator('th').allTextContents()).toEqual(['#0', '#1', '#2', '#3']);
+    const column = async (i: number) => (await rows.locator(`td:nth-of-type(${i})`).allTextContents()).map(Number);
+    expect((await column(1)).reduce((a, b) => a + b, 0)).toBe(39);
+    expect((await column(2)).reduce((a, b) => a + b, 0) + (await column(3)).reduce((a, b) => a + b, 0)).toBe(1);
     await expect.poll(() => card.locator('svg[data-field="chart"] polyline').count(), { timeout: 10_000 }).toBe(1);
     // A sale while the page is open shows up within a refresh or two.
     await buyViaApi(stack, 'ken', sale.goodsId);

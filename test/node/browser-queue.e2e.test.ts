@@ -186,6 +186,11 @@ describe.skipIf(!HAVE_CHROMIUM)('the waiting room in Chromium', () => {
     // The room's default shard count, some of them reporting the forty in line.
     expect(await field('queueShards')).toMatch(/^[1-9]\d* of 32$/);
     expect(await field('queueActive')).toBe('Line on');
+    // The room's measured delays: how late its shards let shoppers in is measured from the first
+    // admission; the front's wait only from a round that let in everyone it could see, which a
+    // line at one a second does not have (a dash).
+    await expect.poll(() => field('queueLate'), ADMIT).toMatch(/^\d+ ms$|^\d+\.\d s$/);
+    expect(await field('queueFrontLag')).toMatch(/^–$|^\d+ ms$|^\d+\.\d s$/);
     expect(await mode('always').getAttribute('aria-pressed')).toBe('true');
     await card.scrollIntoViewIfNeeded();
     await screenshot(page, 'dashboard-queue', { docs: true });

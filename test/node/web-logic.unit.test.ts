@@ -12,7 +12,7 @@ import { counterRates, parsePrometheus, sumBy } from '../../web/src/admin/promet
 import { parseRetryAfter } from '../../web/src/shared/api';
 import { ServerClock, sampleOffset } from '../../web/src/shared/clock';
 import { Challenge, Goods, Order } from '../../web/src/shared/contract';
-import { formatCountdown, formatMinutes, formatMoney, remainingPercent } from '../../web/src/shared/format';
+import { formatCountdown, formatDelay, formatMinutes, formatMoney, remainingPercent } from '../../web/src/shared/format';
 import { interpolate, pickLang } from '../../web/src/shared/i18n';
 import { saleState } from '../../web/src/shared/sale';
 import { shopperMessages } from '../../web/src/shopper/messages';
@@ -127,6 +127,18 @@ describe('formatting', () => {
   it('formats money per locale and survives an unknown currency', () => {
     expect(formatMoney(199_900, 'CNY', 'zh-CN')).toBe('¥1,999.00');
     expect(formatMoney(150, 'NOPE', 'en-US')).toBe('1.50 NOPE');
+  });
+
+  it('shows a delay in milliseconds below a second, in tenths of a second above, and nothing unknown', () => {
+    expect(formatDelay(19.4, 'en-US')).toEqual({ value: '19', unit: 'ms' });
+    expect(formatDelay(999.4, 'en-US')).toEqual({ value: '999', unit: 'ms' });
+    // 999.6 ms rounds to a second: shown as one, not as "1,000 ms".
+    expect(formatDelay(999.6, 'en-US')).toEqual({ value: '1.0', unit: 's' });
+    expect(formatDelay(2_136, 'en-US')).toEqual({ value: '2.1', unit: 's' });
+    expect(formatDelay(12_345, 'de-DE')).toEqual({ value: '12,3', unit: 's' });
+    for (const unknown of [null, undefined, Number.NaN, -1]) {
+      expect(formatDelay(unknown, 'en-US')).toBeUndefined();
+    }
   });
 });
 

@@ -96,13 +96,6 @@ export class GoodsCard {
     this.field('total').textContent = i18n.t('total', { n: formatCount(s?.totalStock ?? g.totalStock, i18n.locale) });
     this.field('doRemaining').textContent = formatCount(s?.doRemaining, i18n.locale);
     this.field('dbStock').textContent = formatCount(s?.dbStock, i18n.locale);
-    const shards = this.field('shards');
-    const split = s?.shards ?? [];
-    shards.hidden = split.length <= 1;
-    shards.textContent =
-      split.length > 1
-        ? i18n.t('shards', { n: String(split.length), split: split.map((x) => formatCount(x.remaining, i18n.locale)).join(' · ') })
-        : '';
     this.field('mirrorStock').textContent =
       s && (s.mirrorStock === null || s.mirrorStock === undefined) ? i18n.t('mirrorOff') : formatCount(s?.mirrorStock, i18n.locale);
     const consistent = this.field('consistent');

@@ -1,7 +1,7 @@
 import * as z from 'zod/mini';
 import type { Stats } from '../shared/contract';
 import { el } from '../shared/dom';
-import { formatCount } from '../shared/format';
+import { formatCount, formatDelay } from '../shared/format';
 import { type AdminContext, adminJson } from './context';
 
 export const QUEUE_MODES = ['off', 'auto', 'always'] as const;
@@ -66,6 +66,9 @@ export class QueuePanel {
       q?.shards === undefined
         ? '–'
         : i18n.t('queueShardsOf', { reporting: formatCount(q.shardsReporting, i18n.locale), shards: formatCount(q.shards, i18n.locale) });
+    // The delays the room's ETAs take, as its coordinator measured them lately (docs/waiting-room.md).
+    this.field('queueFrontLag').textContent = this.delay(q?.frontLagMs);
+    this.field('queueLate').textContent = this.delay(q?.lateMs);
     for (const button of this.buttons()) {
       button.setAttribute('aria-pressed', String(button.dataset.mode === this.mode));
       button.setAttribute('aria-disabled', String(this.busy));
@@ -73,11 +76,21 @@ export class QueuePanel {
     this.renderShards(s);
   }
 
+  private delay(ms: number | null | undefined): string {
+    const { i18n } = this.ctx;
+    const d = formatDelay(ms, i18n.locale);
+    if (!d) {
+      return '–';
+    }
+    return d.unit === 'ms' ? i18n.t('queueMilliseconds', { ms: d.value }) : i18n.t('queueSeconds', { s: d.value });
+  }
+
   private renderShards(s: Stats | undefined): void {
     const { i18n } = this.ctx;
     const shards = s?.shards ?? [];
-    this.field('shardsBox').hidden = shards.length === 0;
-    this.field('shards').replaceChildren(
+    // One shard is the goods' object itself: the stock table above says it all.
+    this.field('shardsBox').hidden = shards.length <= 1;
+    this.field('shardRows').replaceChildren(
       ...shards.map((shard) => {
         const row = el('tr');
         const th = el('th', '', `#${shard.shard}`);

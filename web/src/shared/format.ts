@@ -57,6 +57,20 @@ export function formatDateTime(ms: number, locale: string): string {
   return new Intl.DateTimeFormat(locale, { dateStyle: 'medium', timeStyle: 'medium', hour12: false }).format(ms);
 }
 
+/**
+ * A short delay for a dashboard: whole milliseconds below a second, tenths of a second above,
+ * with the locale's digits; undefined when the delay is unknown (the caller shows a dash).
+ */
+export function formatDelay(ms: number | null | undefined, locale: string): { value: string; unit: 'ms' | 's' } | undefined {
+  if (ms === null || ms === undefined || !Number.isFinite(ms) || ms < 0) {
+    return undefined;
+  }
+  if (Math.round(ms) < 1000) {
+    return { value: new Intl.NumberFormat(locale).format(Math.round(ms)), unit: 'ms' };
+  }
+  return { value: new Intl.NumberFormat(locale, { minimumFractionDigits: 1, maximumFractionDigits: 1 }).format(ms / 1000), unit: 's' };
+}
+
 /** A number with grouping, or an em dash when it is unknown. */
 export function formatCount(n: number | null | undefined, locale: string): string {
   return n === null || n === undefined || Number.isNaN(n) ? '—' : new Intl.NumberFormat(locale).format(n);
