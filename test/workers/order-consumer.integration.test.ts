@@ -15,6 +15,7 @@ import {
 } from '../../workers/kernel/contract';
 import { groupByGoods } from '../../workers/queue/orders';
 import { createGoods, sql, stats, stockObject } from './helpers';
+import { createQueuedGoods, openLive, shopper } from './room-helpers';
 
 let seq = 0;
 function item(goodsId: number, userId: string): ReserveItem {
@@ -211,6 +212,39 @@ describe('order consumer', () => {
     expect(timeouts.sent).toHaveLength(2);
     expect(await ordersOf(goodsId)).toHaveLength(2);
     expect(await stats(goodsId)).toMatchObject({ dbStock: 3, doRemaining: 3, queued: 0, consistent: true });
+  });
+
+  it("tells the shopper's live channel right after the settle, while the timeouts' send still waits", async () => {
+    // A goods without a line: the channel still carries the purchase's result.
+    const { goodsId } = await createQueuedGoods({ stock: 5, queue: { mode: 'off' } });
+    const buyer = await shopper('told-early');
+    const live = await openLive(goodsId, { jwt: buyer.jwt, join: true });
+    await live.next((e) => e.type === 'joined', 5_000);
+    const messages = await reserveHeld(goodsId, [buyer.userId]);
+    let release = () => {};
+    let timeoutsSent = false;
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const slowTimeouts = {
+      sendBatch: async () => {
+        await held;
+        timeoutsSent = true;
+      },
+    } as unknown as Queue;
+    const delivered = deliver(messages, 1, { ...env, TIMEOUT_QUEUE: slowTimeouts });
+    try {
+      const told = await live.next((e) => e.type === 'result', 10_000);
+      expect(told).toMatchObject({ status: 'SUCCESS' });
+      expect(timeoutsSent).toBe(false);
+    } finally {
+      release();
+    }
+    // The batch is acked once the timeouts are sent: the early word cost nothing.
+    expect((await delivered).explicitAcks).toHaveLength(1);
+    expect(timeoutsSent).toBe(true);
+    expect(await ordersOf(goodsId)).toHaveLength(1);
+    live.close();
   });
 
   it('retries every message with backoff and loses none while Postgres cannot be reached', async () => {

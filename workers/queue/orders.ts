@@ -127,16 +127,18 @@ async function consumeGroups(env: Env, config: Config, groups: Map<number, Goods
         // that fires before the object heard of its order finds it QUEUED and releases it; the
         // late settle then changes nothing.
         // The shop's order.created events were written with the orders; their send never fails the batch.
+        // The shoppers hear their results (on their live channels, through the waiting room) as
+        // soon as the object has settled them, not after the timeouts' and the webhooks' sends:
+        // the room counts a purchase as its shopper's only once it has heard of it. Telling
+        // never fails the batch; a retry tells again, which the room takes as the same result.
         await Promise.all([
-          settle(env, goods, orders, results),
+          settle(env, goods, orders, results).then(() => tellShoppers(env, goods, orders, results)),
           scheduleTimeouts(env, goodsId, orders, results),
           enqueueDeliveries(
             env,
             results.flatMap((r) => (r.ok && r.webhookId ? [r.webhookId] : [])),
           ),
         ]);
-        // Waiting room: push each settled result to its shopper's live channel (never fails the batch).
-        await tellShoppers(env, goods, orders, results);
         timing.notifyMs = Math.max(timing.notifyMs, Date.now() - notifyStarted);
         for (const m of messages) {
           m.ack();
