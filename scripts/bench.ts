@@ -42,7 +42,7 @@ async function bench(o: BenchOptions) {
   // The model's CPU per object call comes from a profile, so the inspector is always on.
   const inspectorPort = await freePort();
   const bundle = await buildBundle();
-  const { stack, orderBatches, events, eventSamples } = await startBenchStack({
+  const { stack, objectStorage, orderBatches, events, eventSamples } = await startBenchStack({
     bundle,
     databaseUrl: o.databaseUrl,
     redisUrl: o.redisUrl,
@@ -52,6 +52,7 @@ async function bench(o: BenchOptions) {
     bindings: secrets,
     verbose: o.verbose,
     inspectorPort,
+    objectsOnDisk: o.objectsOnDisk,
   });
   // Cloudflare's edge sets the client's address; straight to the Worker's socket the bench does
   // (Miniflare's entry worker would set the same).
@@ -242,6 +243,7 @@ async function bench(o: BenchOptions) {
         assets: o.assets,
         entryWorker: o.entryWorker,
         servicesInProcess: o.servicesInProcess,
+        objectStorage,
         profile: o.profile,
         objectDelayMs: o.objectDelayMs,
         shards: o.shards,

@@ -41,6 +41,15 @@ describe('the open-file check of the queue phase', () => {
     expect(parseBenchOptions([]).help).toBeUndefined();
   });
 
+  it("keeps the objects' storage off the disk unless asked", () => {
+    const onDisk = (args: string[]) => {
+      const parsed = parseBenchOptions(args);
+      return 'objectsOnDisk' in parsed ? parsed.objectsOnDisk : 'help';
+    };
+    expect(onDisk([])).toBe(false);
+    expect(onDisk(['--objects-on-disk'])).toBe(true);
+  });
+
   it("takes the room's shard count within what a goods takes, and leaves it to the goods otherwise", () => {
     const o = (args: string[]) => {
       const parsed = parseBenchOptions(['--queue-shoppers', '100', ...args]);

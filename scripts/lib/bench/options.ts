@@ -27,6 +27,9 @@ a redis-server and PostgreSQL answer), the targets, and the invariants afterward
   --services-in-process    run Postgres (PGlite) and its WebSocket bridge in the load generator's
                            process, as before they had a process of their own (default: a child
                            process, so the load generator never waits on a statement's turn)
+  --objects-on-disk        keep the objects' SQLite files on disk, where workerd syncs every
+                           transaction on the one thread that runs everything (default: on
+                           tmpfs, /dev/shm, when the machine has it)
   --out DIR                where results go (default bench/results, ignored by git)
   --json                   print the result JSON instead of the table
   --object-delay-ms N      delay before every object call in the delay phase (default 50; 0: no phase)
@@ -67,6 +70,7 @@ const OPTIONS = {
   assets: { type: 'boolean' },
   'entry-worker': { type: 'boolean' },
   'services-in-process': { type: 'boolean' },
+  'objects-on-disk': { type: 'boolean' },
   out: { type: 'string' },
   json: { type: 'boolean' },
   verbose: { type: 'boolean' },
@@ -142,6 +146,7 @@ function benchSettings(values: Values) {
     assets: values.assets ?? false,
     entryWorker: values['entry-worker'] ?? false,
     servicesInProcess: values['services-in-process'] ?? false,
+    objectsOnDisk: values['objects-on-disk'] ?? false,
     out: values.out ?? 'bench/results',
     json: values.json ?? false,
     verbose: values.verbose ?? false,

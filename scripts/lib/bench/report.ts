@@ -40,6 +40,8 @@ export type BenchResult = Environment &
       entryWorker: boolean;
       /** Absent in results of runs before the option (they ran the services in process). */
       servicesInProcess?: boolean;
+      /** Absent in results of runs before the option (their objects' storage was on disk). */
+      objectStorage?: 'tmpfs' | 'disk';
       redis: boolean;
     };
     queue: QueuePhase | null;
@@ -135,7 +137,8 @@ export function formatBench(r: BenchResult): string {
     `${m.cpus} CPUs (${m.cpuModel}), Node ${m.node}, Postgres: ${r.database}, mirror ${r.options.redis ? 'on' : 'off'}, ` +
       `static-assets layer ${r.options.assets ? 'on' : 'off'}, ` +
       `${r.options.entryWorker ? "through Miniflare's entry worker" : "straight to the Worker's socket"}, ` +
-      `Postgres and its bridge ${r.options.servicesInProcess !== false ? "in the load generator's process" : 'in a process of their own'}, load average ${m.loadAverageAtStart.join(' ')}`,
+      `Postgres and its bridge ${r.options.servicesInProcess !== false ? "in the load generator's process" : 'in a process of their own'}, ` +
+      `the objects' storage ${r.options.objectStorage === 'tmpfs' ? 'on tmpfs' : 'on disk'}, load average ${m.loadAverageAtStart.join(' ')}`,
     `autocannon, ${r.options.connections} connections, ${r.options.durationS} s per phase` +
       `${r.options.idempotencyKeys ? ', Idempotency-Key on every purchase' : ''}`,
     '',
