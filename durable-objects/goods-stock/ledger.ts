@@ -77,6 +77,7 @@ export function reserveBatch(store: ReserveStore, sale: Sale, items: ReserveItem
           reason: decision.reason,
           keyed: true,
           quantity: 1,
+          admitted: false,
         });
         read.priors.set(item.requestId, { orderId: null, reason: decision.reason, released: true });
       }
@@ -93,6 +94,7 @@ export function reserveBatch(store: ReserveStore, sale: Sale, items: ReserveItem
       reason: null,
       keyed: item.keyed,
       quantity,
+      admitted: item.admitted === true,
     });
     writes.holders.push({ userId: item.userId, requestId: item.requestId, units: quantity });
     writes.outbox.push(message);

@@ -27,6 +27,8 @@ export type ReservationWrite = {
   reason: FailReason | null;
   keyed: boolean;
   quantity: number;
+  /** Its token was issued against the waiting room's pass. */
+  admitted: boolean;
 };
 
 /** What a batch writes, in the order its decisions were made. */
@@ -47,8 +49,9 @@ const KEYS = 'IN (SELECT value FROM json_each(?))';
 // Each row of the bound JSON array, column by column, in the array's order (the outbox's seq
 // follows acceptance). `WHERE true` keeps SQLite from reading the upsert's ON as a join's.
 const USED_TOKEN = 'INSERT OR IGNORE INTO used_token (token_id, expires_at) SELECT value->>0, value->>1 FROM json_each(?) ORDER BY key';
-const RESERVATION = `INSERT INTO reservation (request_id, user_id, order_id, status, reason, released, created_at, keyed, quantity)
-  SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7, value->>8 FROM json_each(?) ORDER BY key`;
+const RESERVATION = `INSERT INTO reservation (request_id, user_id, order_id, status, reason, released, created_at, keyed, quantity, admitted)
+  SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7, value->>8, value->>9
+  FROM json_each(?) ORDER BY key`;
 const HOLDER = `INSERT INTO holder (user_id, request_id, units) SELECT value->>0, value->>1, value->>2 FROM json_each(?) WHERE true ORDER BY key
   ON CONFLICT (user_id) DO UPDATE SET units = units + excluded.units, request_id = excluded.request_id`;
 const OUTBOX =
@@ -111,6 +114,7 @@ export class ReserveStore {
         now,
         r.keyed ? 1 : 0,
         r.quantity,
+        r.admitted ? 1 : 0,
       ]),
     );
     // One row per shopper; a second purchase adds its units (an update: the tally counts shoppers).

@@ -52,8 +52,11 @@ type SaleRow = {
 
 export type OutboxRow = { seq: number; body: string; attempts: number; sends: number };
 
-/** The counts the triggers keep (schema.ts): unsettled and confirmed reservations, holders, outbox rows never sent. */
-export type Tally = { queued: number; confirmed: number; holders: number; unsent: number };
+/**
+ * The counts the triggers keep (schema.ts): unsettled and confirmed reservations, holders, outbox
+ * rows never sent, and the confirmed ones of shoppers the waiting room let in.
+ */
+export type Tally = { queued: number; confirmed: number; holders: number; unsent: number; admittedConfirmed: number };
 
 /** The mirror's bookkeeping: the goods' title (only the mirror's goods hash needs it) and since when the mirror lags. */
 export type MirrorState = { title: string; staleSince: number | null };
@@ -228,7 +231,9 @@ export class StockStorage {
 
   /** The counts the snapshot reports, kept by triggers: one row, whatever the sale's size. */
   tally(): Tally {
-    return this.sql.exec<Tally>('SELECT queued, confirmed, holders, unsent FROM tally WHERE id = 1').one();
+    return this.sql
+      .exec<Tally>('SELECT queued, confirmed, holders, unsent, admitted_confirmed AS admittedConfirmed FROM tally WHERE id = 1')
+      .one();
   }
 
   /** Keyed purchases accepted after `since`, newest first (for the list a SOLD_OUT answer carries). */

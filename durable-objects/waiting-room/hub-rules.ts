@@ -43,7 +43,11 @@ export type HubState = {
  * The stock object's figures: units not held, reservations waiting for Postgres, and confirmed
  * orders; `exact` when the last two are every stock shard's own count, not shard 0's scaled up.
  */
-export type Stock = { remaining: number; queued: number; confirmed: number; exact?: boolean };
+/**
+ * The goods' stock as the coordinator reads it; `admittedConfirmed`: the confirmed orders of
+ * shoppers the room let in (absent from stock objects before it).
+ */
+export type Stock = { remaining: number; queued: number; confirmed: number; exact?: boolean; admittedConfirmed?: number };
 
 /** The part of every reply a decision fixes until the next one. */
 export type HubView = {

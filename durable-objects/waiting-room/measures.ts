@@ -74,12 +74,15 @@ function towards(previous: number | null, measured: number, weight: number): num
  * that held the last shoppers of a line whose stock equals its crowd for seconds (628
  * confirmations in one decision's second, the free units at -229 with 380 waiting). A shard
  * reports how many of its admitted shoppers it has heard bought, in the same report as its
- * outstanding ones, so each purchase is in one of the two; the stock's confirmed orders less
- * every shard's `bought` is then the purchases counted twice, or fewer (an order released since
- * counts on the shards' side only). That holds only where every confirmed order is an admitted
- * shopper's single unit: a room that is always on, one unit a shopper, orders counted by every
- * stock shard (`exact`), and every shard of a build that reports `bought`. Never more than the
- * confirmations of the settle window, which such purchases are.
+ * outstanding ones, so each purchase is in one of the two; the confirmed orders of shoppers
+ * the room let in (the stock object counts those whose token was issued against a pass:
+ * `admittedConfirmed`) less every shard's `bought` is then the purchases counted twice, or fewer
+ * (an order released since counts on the shards' side only, as does one whose token was got
+ * while an `auto` room's line was off). That holds where each such order is a single unit (one
+ * unit a shopper), counted by every stock shard (`exact`), with every shard of a build that
+ * reports `bought`. A stock object before that count: every confirmed order, which only a room
+ * that is always on can take for its shoppers'. Never more than the confirmations of the settle
+ * window, which such purchases are.
  */
 export function heardLate(
   stock: Stock | undefined,
@@ -88,11 +91,15 @@ export function heardLate(
   bought: Record<string, number>,
   settledLately: number,
 ): number {
-  if (!stock?.exact || goods.mode !== 'always' || goods.unitsPerShopper !== 1 || reports.some((r) => r.bought === undefined)) {
+  if (!stock?.exact || goods.unitsPerShopper !== 1 || reports.some((r) => r.bought === undefined)) {
+    return 0;
+  }
+  const ofTheRoom = stock.admittedConfirmed ?? (goods.mode === 'always' ? stock.confirmed : undefined);
+  if (ofTheRoom === undefined) {
     return 0;
   }
   const heard = Object.values(bought).reduce((a, b) => a + b, 0);
-  return Math.max(0, Math.min(stock.confirmed - heard, settledLately));
+  return Math.max(0, Math.min(ofTheRoom - heard, settledLately));
 }
 
 /** Each shard's latest `bought`: the ones kept, updated by the reports that carry one. */

@@ -67,12 +67,12 @@ async function heldReservations(stock: number, count: number, prefix: string) {
   return { goodsId, totalStock, stub, items };
 }
 
-async function reserveMany(goodsId: number, users: string[]) {
+async function reserveMany(goodsId: number, users: string[], overrides: (user: string) => Partial<ReserveItem> = () => ({})) {
   const stub = stockObject(goodsId);
   for (let i = 0; i < users.length; i += 100) {
     const outcomes = await stub.reserveMany(
       goodsId,
-      users.slice(i, i + 100).map((u) => item(goodsId, u)),
+      users.slice(i, i + 100).map((u) => item(goodsId, u, overrides(u))),
     );
     expect(outcomes.every((o) => o.ok)).toBe(true);
   }
@@ -86,6 +86,7 @@ function recount(goodsId: number) {
     return {
       queued: one("SELECT count(*) AS n FROM reservation WHERE status = 'QUEUED' AND released = 0"),
       confirmed: one("SELECT count(*) AS n FROM reservation WHERE status = 'SUCCESS' AND released = 0"),
+      admittedConfirmed: one("SELECT count(*) AS n FROM reservation WHERE status = 'SUCCESS' AND released = 0 AND admitted = 1"),
       holders: one('SELECT count(*) AS n FROM holder'),
       outboxPending: one('SELECT count(*) AS n FROM outbox WHERE sends = 0'),
       outboxRows: one('SELECT count(*) AS n FROM outbox'),
@@ -239,10 +240,12 @@ describe('the goods object counts without scanning', () => {
   it('keeps counts that agree with a full recount after accepts, settles, releases, refusals and rejections', async () => {
     const { goodsId, totalStock } = await createGoods({ stock: 12 });
     const stub = stockObject(goodsId);
-    // Six become orders through the real queue and consumer.
+    // Six become orders through the real queue and consumer, three of them of shoppers the
+    // waiting room let in.
     await reserveMany(
       goodsId,
       Array.from({ length: 6 }, (_, i) => `mix-${i}`),
+      (u) => (Number(u.slice(-1)) % 2 === 0 ? { admitted: true } : {}),
     );
     await settled(goodsId);
     // One is cancelled: its unit comes back.
@@ -252,7 +255,7 @@ describe('the goods object counts without scanning', () => {
     expect(await stub.release(firstHolder?.request_id ?? '', 'CANCELLED')).toMatchObject({ released: true });
     // Three more wait, one of them never sent; then Postgres refuses one and another is released.
     await rebindQueue(goodsId, blackHole);
-    const waiting = [item(goodsId, 'wait-a'), item(goodsId, 'wait-b'), item(goodsId, 'wait-c', { keyed: true })];
+    const waiting = [item(goodsId, 'wait-a', { admitted: true }), item(goodsId, 'wait-b'), item(goodsId, 'wait-c', { keyed: true })];
     expect((await stub.reserveMany(goodsId, waiting)).every((o) => o.ok)).toBe(true);
     // Their send goes a few milliseconds after the call (coalesced with the next calls'): the
     // black hole takes it before the queue starts refusing.
@@ -274,6 +277,7 @@ describe('the goods object counts without scanning', () => {
     expect(snapshot).toMatchObject({
       queued: counted.queued,
       confirmed: counted.confirmed,
+      admittedConfirmed: counted.admittedConfirmed,
       outboxPending: counted.outboxPending,
       oldestQueuedAt: counted.oldestQueuedAt,
       refused: 1,

@@ -276,7 +276,12 @@ describe("the coordinator's decision", () => {
     // moment, late by up to 300 ms, its outstanding shoppers and (with the count) those it heard
     // bought; the coordinator decides on a report a tick after its last decision.
     const units = 2_400;
-    const run = (counted: boolean, over: Partial<RoomGoods> = {}) => {
+    // `passless`: orders of shoppers the room never let in (tokens got while an auto room's line
+    // was off), one every 10 ms from 1 s on, each confirmed 300 ms later, all of them long before
+    // the line's tail (a unit such a shopper takes after the coordinator counted it free is one
+    // the room promised: no count foresees it); `admittedCount`: the stock object counts the
+    // orders of shoppers the room let in apart from those.
+    const run = (counted: boolean, over: Partial<RoomGoods> = {}, passless = 0, admittedCount = false) => {
       const random = rng(31);
       const shards = 32;
       const g = goods({ shards, admitPerSecond: 400, ...(counted ? { unitsPerShopper: 1 } : {}), ...over });
@@ -305,8 +310,11 @@ describe("the coordinator's decision", () => {
       for (const e of reportsAt) {
         const now = e.at;
         // The shoppers buy while units are left; the consumer confirms and tells their shards.
+        const passlessBy = (t: number) => (t < 1_000 ? 0 : Math.min(passless, Math.floor((t - 1_000) / 10) + 1));
+        const passlessHeld = passlessBy(now);
+        const passlessConfirmed = passlessBy(now - 300);
         for (const [k, at] of admittedAt) {
-          if (!boughtAt.has(k) && now >= at + 200 && boughtAt.size < units) {
+          if (!boughtAt.has(k) && now >= at + 200 && boughtAt.size < units - passlessHeld) {
             boughtAt.set(k, at + 200);
           }
         }
@@ -326,7 +334,13 @@ describe("the coordinator's decision", () => {
           ...(counted ? { bought: mine.filter((k) => heard.has(k)).length } : {}),
         });
         if (state.decidedAt === 0 || now - state.decidedAt >= TICK - 100) {
-          const stock: Stock = { remaining: units - boughtAt.size, queued: boughtAt.size - confirmed, confirmed, exact: true };
+          const stock: Stock = {
+            remaining: units - passlessHeld - boughtAt.size,
+            queued: boughtAt.size - confirmed + passlessHeld - passlessConfirmed,
+            confirmed: confirmed + passlessConfirmed,
+            exact: true,
+            ...(admittedCount ? { admittedConfirmed: confirmed } : {}),
+          };
           state = decide(state, [...latest.values()], g, stock, 0, now, TICK).state;
         }
         apply(sim, state.rounds);
@@ -338,7 +352,7 @@ describe("the coordinator's decision", () => {
         // Every key the rounds cover is a shopper let in, whether or not their shard has heard yet.
         mostLetIn = Math.max(mostLetIn, keys.filter((k) => k <= state.cursor).length);
       }
-      return { lastAt: Math.max(...admittedAt.values()), letIn: admittedAt.size, mostLetIn, sold: boughtAt.size };
+      return { lastAt: Math.max(...admittedAt.values()), letIn: admittedAt.size, mostLetIn, sold: boughtAt.size + passless };
     };
     const plain = run(false);
     const counted = run(true);
@@ -351,10 +365,21 @@ describe("the coordinator's decision", () => {
     // Counted twice until their shards reported, the last purchases held the tail back: the last
     // shopper was let in at 10.7 s. Counted once, at 6.9 s (6 s of the rate after the first round).
     expect(counted.lastAt).toBeLessThan(plain.lastAt - 3_000);
-    // Where a confirmed order need not be an admitted shopper's single unit, nothing is credited.
+    // Where a confirmed order need not be an admitted shopper's single unit, nothing is credited:
+    // an auto room whose stock object does not count its shoppers' orders apart, two units a shopper.
     for (const over of [{ mode: 'auto' as const }, { unitsPerShopper: 2 }]) {
       expect(run(true, over).lastAt).toBeGreaterThan(counted.lastAt + 3_000);
     }
+    // An auto room whose line came on after 200 units went to shoppers it never let in: with the
+    // stock object's count of its own shoppers' orders, its tail is let in as soon (6.9 s, where
+    // nothing credited let it in at 10.7 s), and never a shopper more than the 2,200 units left.
+    const auto = run(true, { mode: 'auto' }, 200, true);
+    expect(auto).toMatchObject({ sold: units, letIn: units - 200, mostLetIn: units - 200 });
+    expect(auto.lastAt).toBeLessThan(plain.lastAt - 3_000);
+    // Every confirmed order taken for the room's own, as a room always on does without the
+    // count: those 200 orders read as purchases its shards had not heard of, and 2,400 shoppers
+    // were let in for the 2,200 units.
+    expect(run(true, {}, 200, false).mostLetIn).toBeGreaterThan(units - 200);
   });
 
   it("counts a purchase twice no more once its shard says it heard it: only where every order is an admitted shopper's one unit", () => {
@@ -376,6 +401,14 @@ describe("the coordinator's decision", () => {
     expect(heardLate({ ...stock, exact: false }, g, [r(0, 30), r(1, 40)], heard, 50)).toBe(0);
     // Orders released since they were heard of: fewer confirmed than heard, never below none.
     expect(heardLate({ ...stock, confirmed: 60 }, g, [r(0, 30), r(1, 40)], heard, 50)).toBe(0);
+    // A stock object that counts the orders of shoppers the room let in: those, in any mode (the
+    // 80 confirmed include 5 of shoppers it never let in).
+    const counting: Stock = { ...stock, admittedConfirmed: 75 };
+    expect(heardLate(counting, g, [r(0, 30), r(1, 40)], heard, 50)).toBe(5);
+    expect(heardLate(counting, goods({ unitsPerShopper: 1, mode: 'auto' }), [r(0, 30), r(1, 40)], heard, 50)).toBe(5);
+    expect(heardLate({ ...counting, admittedConfirmed: 60 }, g, [r(0, 30), r(1, 40)], heard, 50)).toBe(0);
+    expect(heardLate(counting, goods({ unitsPerShopper: 2, mode: 'auto' }), [r(0, 30), r(1, 40)], heard, 50)).toBe(0);
+    expect(heardLate({ ...counting, exact: false }, g, [r(0, 30), r(1, 40)], heard, 50)).toBe(0);
   });
 
   it('tells every waiting shopper at once when nothing is left for sale or on its way, however much settled lately', () => {

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { goodsStock, roomHub, roomShardOf, stockShardOf } from '../../durable-objects/routing';
 import type { Stock } from '../../durable-objects/waiting-room/hub-rules';
 import { ROOM_SHARDS, type RoomGoods } from '../../workers/kernel/waiting-room';
-import { ADMIN, buy, call, createGoods, eventually, json } from './helpers';
+import { ADMIN, buy, call, createGoods, eventually, json, stockObject } from './helpers';
 import { buyWithPass, createQueuedGoods, type Live, openLive, shopper, ticketNow } from './room-helpers';
 
 // A goods' own room shard count (`queue.shards`): where its shoppers land, what the consumer
@@ -71,6 +71,9 @@ describe('a waiting room with its own shard count', () => {
     results.forEach((r, i) => {
       expect(r).toMatchObject({ status: 'SUCCESS', requestId: bought[i]?.requestId });
     });
+    // Their tokens said the room let them in, and the stock object counts their orders so (told
+    // after the settle, so counted by now).
+    expect(await stockObject(goodsId).snapshot()).toMatchObject({ confirmed: 6, admittedConfirmed: 6 });
 
     const room = await roomStats(goodsId);
     expect(room.shards).toBe(3);
@@ -178,7 +181,8 @@ describe('a waiting room with its own shard count', () => {
       const s = await read();
       return s && s.confirmed === 4 && s.queued === 0 ? s : undefined;
     });
-    expect(stock).toMatchObject({ confirmed: 4, queued: 0, exact: true });
+    // Bought without the room's pass (this goods holds no line): none of them the room's shoppers.
+    expect(stock).toMatchObject({ confirmed: 4, queued: 0, exact: true, admittedConfirmed: 0 });
     const zero = await goodsStock(env, placement, 0).snapshot();
     expect(zero?.confirmed).toBe(0);
   });

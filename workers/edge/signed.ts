@@ -13,7 +13,8 @@ const seal = sealBlob;
 const MAX_BLOB = 1024;
 const open = <T>(secret: string, purpose: string, blob: string, schema: z.ZodType<T>) => openBlob(secret, purpose, blob, schema, MAX_BLOB);
 
-type PurchaseTokenClaims = { u: string; g: number; e: number; j: string };
+/** `a`: issued to a shopper the waiting room let in (absent otherwise, and in tokens of builds before it). */
+type PurchaseTokenClaims = { u: string; g: number; e: number; j: string; a?: 1 };
 // A guard rather than z.object: it is read on every purchase, and workerd's zod checks objects
 // field by field in its interpreter (http/middleware/validate.ts).
 const PurchaseTokenPayload = z.custom<PurchaseTokenClaims>((value) => {
@@ -27,14 +28,28 @@ const PurchaseTokenPayload = z.custom<PurchaseTokenClaims>((value) => {
     typeof p.j === 'string'
   );
 });
-export type PurchaseToken = { userId: string; goodsId: number; expiresAt: number; tokenId: string };
+export type PurchaseToken = { userId: string; goodsId: number; expiresAt: number; tokenId: string; admitted: boolean };
 
-/** Issues a one-time purchase token bound to user and goods, and its hidden path. */
-export async function issuePurchaseToken(secret: string, userId: string, goodsId: number, ttlMs: number, now = Date.now()) {
+/**
+ * Issues a one-time purchase token bound to user and goods, and its hidden path; `admitted` when
+ * the shopper showed the waiting room's pass for it.
+ */
+export async function issuePurchaseToken(
+  secret: string,
+  userId: string,
+  goodsId: number,
+  ttlMs: number,
+  now = Date.now(),
+  admitted = false,
+) {
   const expiresAt = now + ttlMs;
   // Time-ordered: the goods' object keeps every spent token id, indexed (kernel/crypto.ts).
   const tokenId = timeOrderedId(now);
-  const token = await seal(secret, 'purchase', { u: userId, g: goodsId, e: expiresAt, j: tokenId });
+  const claims: PurchaseTokenClaims = { u: userId, g: goodsId, e: expiresAt, j: tokenId };
+  if (admitted) {
+    claims.a = 1;
+  }
+  const token = await seal(secret, 'purchase', claims);
   return { token, path: await purchasePath(secret, userId, goodsId, expiresAt), expiresAt, tokenId };
 }
 
@@ -86,7 +101,7 @@ export async function verifyPurchase(
   if (!safeEqual(shape[2], await pathMac(secret, userId, goodsId, p.e))) {
     return undefined;
   }
-  return { userId: p.u, goodsId: p.g, expiresAt: p.e, tokenId: p.j };
+  return { userId: p.u, goodsId: p.g, expiresAt: p.e, tokenId: p.j, admitted: p.a === 1 };
 }
 
 const ChallengePayload = z.object({

@@ -21,6 +21,8 @@ export type AppEnv = {
     goodsId: number;
     /** That goods' row, read once per request from the isolate's goods list (loadGoods). */
     goods: GoodsRow;
+    /** The token route: the shopper showed a valid admission pass while the room held a line (requireAdmission). */
+    admitted: boolean;
     // The purchase route's own steps (routes/purchase.ts), in the order they are set.
     /** The body's one-time token (purchaseBody). */
     purchaseToken: string;

@@ -45,6 +45,8 @@ export const ReserveItem = z.object({
   keyed: z.boolean(),
   /** Units asked for (1 when absent: callers before sale rules sent none). */
   quantity: z.number().int().min(1).max(100).optional(),
+  /** The token was issued to a shopper the waiting room let in (absent: not, or an edge before it). */
+  admitted: z.literal(true).optional(),
 });
 export type ReserveItem = z.infer<typeof ReserveItem>;
 
@@ -209,6 +211,8 @@ export type StockSnapshot = {
   /** Reservations accepted and not settled by the order consumer yet (each keeps its outbox row). */
   queued: number;
   confirmed: number;
+  /** Of `confirmed`, the orders of shoppers the waiting room let in (absent from objects before schema 6). */
+  admittedConfirmed?: number;
   /** Units Postgres refused (it held less stock than the object): held aside, neither for sale nor sold. */
   refused: number;
   /** When the oldest unsettled reservation was accepted (null when none). */

@@ -50,7 +50,7 @@ export const challengeToken = new Hono<AppEnv>()
       await passChallenge(c.env, config, limits.powDifficulty, body, { userId, goodsId: goods.id, ip: c.get('clientIp') }, now);
       // 403 NOT_ELIGIBLE / 409 LIMIT_REACHED before a token is spent on a shopper who cannot buy.
       await requireEligible(config, goods, userId);
-      const issued = await issuePurchaseToken(config.tokenSecret, userId, goods.id, PURCHASE_TOKEN_TTL_MS, now);
+      const issued = await issuePurchaseToken(config.tokenSecret, userId, goods.id, PURCHASE_TOKEN_TTL_MS, now, c.get('admitted') === true);
       return c.json({ token: issued.token, path: issued.path, expiresAt: new Date(issued.expiresAt).toISOString() });
     },
   );

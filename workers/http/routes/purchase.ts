@@ -254,6 +254,7 @@ async function reserveUnit(c: Context<AppEnv>): Promise<Response> {
     tokenExpiresAt: verified.expiresAt,
     keyed: key !== undefined,
     ...(c.get('quantity') !== 1 ? { quantity: c.get('quantity') } : {}),
+    ...(verified.admitted ? { admitted: true as const } : {}),
   };
   let outcome: ReserveOutcome;
   try {
