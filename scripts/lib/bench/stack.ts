@@ -27,7 +27,7 @@
 // (27ms)"); they are collected here, and the Worker's JSON log lines are counted by event
 // instead of printed, so a run's output stays readable.
 import diagnostics from 'node:diagnostics_channel';
-import { existsSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -134,6 +134,19 @@ export async function startBenchStack(o: BenchStackOptions): Promise<BenchStack>
       await rm(objectsDir, { recursive: true, force: true });
     }
   };
+  // tmpfs is memory: a run that ends without closing the stack (an error, Ctrl-C) must not leave it there.
+  const removeAtExit = () => {
+    if (objectsDir) {
+      rmSync(objectsDir, { recursive: true, force: true });
+    }
+  };
+  const onSignal = (signal: NodeJS.Signals) => {
+    removeAtExit();
+    process.exit(signal === 'SIGINT' ? 130 : 143);
+  };
+  process.once('exit', removeAtExit);
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
   const started = startWorkerStack({
     databaseUrl: o.databaseUrl,
     redisUrl: o.redisUrl,
@@ -164,6 +177,9 @@ export async function startBenchStack(o: BenchStackOptions): Promise<BenchStack>
       close: async () => {
         await stack.close();
         await removeObjects();
+        process.off('exit', removeAtExit);
+        process.off('SIGINT', onSignal);
+        process.off('SIGTERM', onSignal);
       },
     },
     objectStorage: objectsDir ? 'tmpfs' : 'disk',
