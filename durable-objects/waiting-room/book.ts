@@ -17,6 +17,11 @@ export type Ticket = {
   passExpiresAt: number | null;
   /** The last place told, so a place never goes back while the key stays. */
   position: number | null;
+  /**
+   * The last ETA told while waiting and the rate it was told at, so that a measured delay moving
+   * up between two answers does not make the promise go back (a change of the rate may).
+   */
+  eta: { seconds: number; rate: number } | null;
 };
 
 export function toRow(t: Ticket): TicketRow {
@@ -43,6 +48,7 @@ function fromRow(r: TicketRow): Ticket {
     admittedAt: r.admitted_at,
     passExpiresAt: r.pass_expires_at,
     position: null,
+    eta: null,
   };
 }
 

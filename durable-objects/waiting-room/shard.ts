@@ -96,6 +96,7 @@ export class ShardRoom {
       admittedAt: null,
       passExpiresAt: null,
       position: null,
+      eta: null,
     };
     if (!pre && !this.s.active(goods, now)) {
       // No line right now (auto, quiet): in at once. Round 0 marks admissions made outside the line.

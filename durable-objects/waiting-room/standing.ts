@@ -129,7 +129,8 @@ export class Standing {
       userId: t.userId,
       state,
       position,
-      etaSeconds: state === 'WAITING' ? etaSeconds(position, rate, now, goods?.startAt ?? 0, TICK_MS, this.measured()) : 0,
+      etaSeconds:
+        state === 'WAITING' ? promised(t, etaSeconds(position, rate, now, goods?.startAt ?? 0, TICK_MS, this.measured()), rate) : 0,
       remaining: this.hub?.remaining ?? 0,
       orderKey: t.key,
       preQueue: t.pre,
@@ -214,4 +215,19 @@ export class Standing {
       }
     }
   }
+}
+
+/**
+ * The ETA to tell a waiting ticket: never more than the last one told at the same rate. The
+ * measured delays it takes move a little each round, and on a busy machine up by more than the
+ * line moved between two answers (a polled ETA rose from one second to the next while its place
+ * fell); only a change of the rate may move a promise back.
+ */
+function promised(t: Ticket, seconds: number, rate: number): number {
+  const told = t.eta;
+  if (told && told.rate === rate && seconds > told.seconds) {
+    return told.seconds;
+  }
+  t.eta = { seconds, rate };
+  return seconds;
 }
