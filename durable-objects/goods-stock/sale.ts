@@ -31,6 +31,7 @@ export function stockSnapshot(
     paused: sale.paused,
     queued: tally.queued,
     confirmed: tally.confirmed,
+    admittedQueued: tally.admittedQueued,
     admittedConfirmed: tally.admittedConfirmed,
     refused: sale.refused,
     oldestQueuedAt: ages.oldestUnsettled,

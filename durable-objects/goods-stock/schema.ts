@@ -106,37 +106,46 @@ const V5_STOCK_SHARDS = `
 /**
  * Version 6: orders of shoppers the waiting room let in. `reservation.admitted` is 1 for a
  * purchase whose token was issued against an admission pass (0 for every other, and for rows
- * made before the column), and `tally.admitted_confirmed` counts those confirmed and not
- * released, kept by the reservation triggers, which this step remakes with the new count. The
- * room's coordinator compares it with the purchases its shards have heard of (heardLate in
- * durable-objects/waiting-room/measures.ts), which without it held only for a room always on.
+ * made before the column); `tally.admitted_queued` and `admitted_confirmed` count those waiting
+ * for Postgres and those confirmed (not released), kept by the reservation triggers, which this
+ * step remakes with the new counts. The room's coordinator compares the confirmed ones with the
+ * purchases its shards have heard of (heardLate in durable-objects/waiting-room/measures.ts),
+ * which without them held only for a room always on, and leaves the units held by other
+ * shoppers' reservations out of the units it admits by.
  */
 function v6AdmittedOrders(sql: SqlStorage): void {
   addColumn(sql, 'reservation', 'admitted', 'INTEGER NOT NULL DEFAULT 0');
+  addColumn(sql, 'tally', 'admitted_queued', 'INTEGER NOT NULL DEFAULT 0');
   addColumn(sql, 'tally', 'admitted_confirmed', 'INTEGER NOT NULL DEFAULT 0');
   sql.exec(V6_TRIGGERS);
 }
 
 const V6_TRIGGERS = `
-  UPDATE tally SET admitted_confirmed =
-    (SELECT count(*) FROM reservation WHERE status = 'SUCCESS' AND released = 0 AND admitted = 1) WHERE id = 1;
+  UPDATE tally SET
+    admitted_queued = (SELECT count(*) FROM reservation WHERE status = 'QUEUED' AND released = 0 AND admitted = 1),
+    admitted_confirmed = (SELECT count(*) FROM reservation WHERE status = 'SUCCESS' AND released = 0 AND admitted = 1)
+  WHERE id = 1;
   DROP TRIGGER IF EXISTS tally_reservation_insert;
   DROP TRIGGER IF EXISTS tally_reservation_update;
   DROP TRIGGER IF EXISTS tally_reservation_delete;
   CREATE TRIGGER tally_reservation_insert AFTER INSERT ON reservation WHEN NEW.released = 0 BEGIN
     UPDATE tally SET queued = queued + (NEW.status = 'QUEUED'), confirmed = confirmed + (NEW.status = 'SUCCESS'),
+      admitted_queued = admitted_queued + (NEW.status = 'QUEUED' AND NEW.admitted = 1),
       admitted_confirmed = admitted_confirmed + (NEW.status = 'SUCCESS' AND NEW.admitted = 1) WHERE id = 1;
   END;
   CREATE TRIGGER tally_reservation_update AFTER UPDATE OF status, released ON reservation BEGIN
     UPDATE tally SET
       queued = queued - (OLD.status = 'QUEUED' AND OLD.released = 0) + (NEW.status = 'QUEUED' AND NEW.released = 0),
       confirmed = confirmed - (OLD.status = 'SUCCESS' AND OLD.released = 0) + (NEW.status = 'SUCCESS' AND NEW.released = 0),
+      admitted_queued = admitted_queued - (OLD.status = 'QUEUED' AND OLD.released = 0 AND OLD.admitted = 1)
+        + (NEW.status = 'QUEUED' AND NEW.released = 0 AND NEW.admitted = 1),
       admitted_confirmed = admitted_confirmed - (OLD.status = 'SUCCESS' AND OLD.released = 0 AND OLD.admitted = 1)
         + (NEW.status = 'SUCCESS' AND NEW.released = 0 AND NEW.admitted = 1)
     WHERE id = 1;
   END;
   CREATE TRIGGER tally_reservation_delete AFTER DELETE ON reservation WHEN OLD.released = 0 BEGIN
     UPDATE tally SET queued = queued - (OLD.status = 'QUEUED'), confirmed = confirmed - (OLD.status = 'SUCCESS'),
+      admitted_queued = admitted_queued - (OLD.status = 'QUEUED' AND OLD.admitted = 1),
       admitted_confirmed = admitted_confirmed - (OLD.status = 'SUCCESS' AND OLD.admitted = 1) WHERE id = 1;
   END;`;
 

@@ -54,9 +54,16 @@ export type OutboxRow = { seq: number; body: string; attempts: number; sends: nu
 
 /**
  * The counts the triggers keep (schema.ts): unsettled and confirmed reservations, holders, outbox
- * rows never sent, and the confirmed ones of shoppers the waiting room let in.
+ * rows never sent, and the unsettled and confirmed ones of shoppers the waiting room let in.
  */
-export type Tally = { queued: number; confirmed: number; holders: number; unsent: number; admittedConfirmed: number };
+export type Tally = {
+  queued: number;
+  confirmed: number;
+  holders: number;
+  unsent: number;
+  admittedQueued: number;
+  admittedConfirmed: number;
+};
 
 /** The mirror's bookkeeping: the goods' title (only the mirror's goods hash needs it) and since when the mirror lags. */
 export type MirrorState = { title: string; staleSince: number | null };
@@ -232,7 +239,9 @@ export class StockStorage {
   /** The counts the snapshot reports, kept by triggers: one row, whatever the sale's size. */
   tally(): Tally {
     return this.sql
-      .exec<Tally>('SELECT queued, confirmed, holders, unsent, admitted_confirmed AS admittedConfirmed FROM tally WHERE id = 1')
+      .exec<Tally>(
+        'SELECT queued, confirmed, holders, unsent, admitted_queued AS admittedQueued, admitted_confirmed AS admittedConfirmed FROM tally WHERE id = 1',
+      )
       .one();
   }
 

@@ -44,10 +44,18 @@ export type HubState = {
  * orders; `exact` when the last two are every stock shard's own count, not shard 0's scaled up.
  */
 /**
- * The goods' stock as the coordinator reads it; `admittedConfirmed`: the confirmed orders of
- * shoppers the room let in (absent from stock objects before it).
+ * The goods' stock as the coordinator reads it; `admittedQueued`, `admittedConfirmed`: the
+ * reservations still waiting for Postgres and the confirmed orders of shoppers the room let in
+ * (absent from stock objects before them).
  */
-export type Stock = { remaining: number; queued: number; confirmed: number; exact?: boolean; admittedConfirmed?: number };
+export type Stock = {
+  remaining: number;
+  queued: number;
+  confirmed: number;
+  exact?: boolean;
+  admittedQueued?: number;
+  admittedConfirmed?: number;
+};
 
 /** The part of every reply a decision fixes until the next one. */
 export type HubView = {
@@ -222,7 +230,10 @@ function activity(
  * horizon), in order, by as many as the rate allows and the free units cover; each move is a
  * round that takes effect one tick later, so every shard hears of it before it admits anyone.
  * Free units: not held (remaining) plus reservations still waiting for Postgres (their
- * shoppers have no result yet), minus every admitted shopper who may still buy.
+ * shoppers have no result yet), minus every admitted shopper who may still buy. Admissions
+ * count only the waiting reservations of shoppers the room let in where the stock object counts
+ * them: another shopper's (an `auto` room's, from a token got while its line was off) will not
+ * come back for the line, and counting it freed a unit for one shopper too many.
  */
 export function decide(
   state: HubState,
@@ -254,6 +265,7 @@ export function decide(
   // whose shoppers may still look outstanding (a line drawn too early would send away shoppers
   // who can still buy; one drawn a few seconds late only keeps them waiting that long).
   const free = stock ? stock.remaining + stock.queued - outstanding : Number.POSITIVE_INFINITY;
+  const freeToAdmit = stock ? stock.remaining + (stock.admittedQueued ?? stock.queued) - outstanding : Number.POSITIVE_INFINITY;
   const confirmedSamples = stock
     ? [...state.confirmedSamples.filter((c) => c.at > now - SETTLE_LAG_MS), { at: now, n: stock.confirmed }]
     : state.confirmedSamples;
@@ -270,7 +282,7 @@ export function decide(
   const elapsed = Math.min(BUCKET_TICKS * tickMs, Math.max(0, state.decidedAt === 0 ? tickMs : now - state.decidedAt));
   const bucket = capacity * Math.max(1, elapsed / 1000);
   let tokens = open ? Math.min(bucket, state.tokens + (capacity * elapsed) / 1000) : 0;
-  const n = open ? Math.max(0, Math.min(Math.floor(tokens), Math.floor(Math.max(0, free + unheard)), front.length)) : 0;
+  const n = open ? Math.max(0, Math.min(Math.floor(tokens), Math.floor(Math.max(0, freeToAdmit + unheard)), front.length)) : 0;
   let { round, cursor, rounds, frontLagMs } = state;
   if (n > 0) {
     round += 1;

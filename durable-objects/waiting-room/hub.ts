@@ -155,7 +155,7 @@ export class RoomHub {
    * held are shard 0's figure (it knows the pool and what the others last reported: an upper
    * bound while they sell); its reservations and orders are every shard's own, read side by
    * side, so the confirmed count is the goods' own (`exact`, which the admissions' count of
-   * purchases heard late needs), and so is the count of those made by shoppers the room let in. A shard that does not answer leaves shard 0's figures scaled
+   * purchases heard late needs), and so are the counts of those made by shoppers the room let in. A shard that does not answer leaves shard 0's figures scaled
    * up (shoppers spread evenly over the shards by the hash of their id), not exact.
    */
   private async readStock(goods: RoomGoods): Promise<Stock | undefined> {
@@ -178,8 +178,8 @@ export class RoomHub {
       if (read.length === others.length) {
         const all = [snapshot, ...read];
         const sum = (f: (o: (typeof all)[number]) => number) => all.reduce((t, o) => t + f(o), 0);
-        const admitted = all.every((o) => o.admittedConfirmed !== undefined)
-          ? { admittedConfirmed: sum((o) => o.admittedConfirmed ?? 0) }
+        const admitted = all.every((o) => o.admittedQueued !== undefined && o.admittedConfirmed !== undefined)
+          ? { admittedQueued: sum((o) => o.admittedQueued ?? 0), admittedConfirmed: sum((o) => o.admittedConfirmed ?? 0) }
           : {};
         return { remaining, queued: sum((o) => o.queued), confirmed: sum((o) => o.confirmed), exact: true, ...admitted };
       }

@@ -86,6 +86,7 @@ function recount(goodsId: number) {
     return {
       queued: one("SELECT count(*) AS n FROM reservation WHERE status = 'QUEUED' AND released = 0"),
       confirmed: one("SELECT count(*) AS n FROM reservation WHERE status = 'SUCCESS' AND released = 0"),
+      admittedQueued: one("SELECT count(*) AS n FROM reservation WHERE status = 'QUEUED' AND released = 0 AND admitted = 1"),
       admittedConfirmed: one("SELECT count(*) AS n FROM reservation WHERE status = 'SUCCESS' AND released = 0 AND admitted = 1"),
       holders: one('SELECT count(*) AS n FROM holder'),
       outboxPending: one('SELECT count(*) AS n FROM outbox WHERE sends = 0'),
@@ -255,7 +256,11 @@ describe('the goods object counts without scanning', () => {
     expect(await stub.release(firstHolder?.request_id ?? '', 'CANCELLED')).toMatchObject({ released: true });
     // Three more wait, one of them never sent; then Postgres refuses one and another is released.
     await rebindQueue(goodsId, blackHole);
-    const waiting = [item(goodsId, 'wait-a', { admitted: true }), item(goodsId, 'wait-b'), item(goodsId, 'wait-c', { keyed: true })];
+    const waiting = [
+      item(goodsId, 'wait-a', { admitted: true }),
+      item(goodsId, 'wait-b', { admitted: true }),
+      item(goodsId, 'wait-c', { keyed: true, admitted: true }),
+    ];
     expect((await stub.reserveMany(goodsId, waiting)).every((o) => o.ok)).toBe(true);
     // Their send goes a few milliseconds after the call (coalesced with the next calls'): the
     // black hole takes it before the queue starts refusing.
@@ -277,12 +282,22 @@ describe('the goods object counts without scanning', () => {
     expect(snapshot).toMatchObject({
       queued: counted.queued,
       confirmed: counted.confirmed,
+      admittedQueued: counted.admittedQueued,
       admittedConfirmed: counted.admittedConfirmed,
       outboxPending: counted.outboxPending,
       oldestQueuedAt: counted.oldestQueuedAt,
       refused: 1,
     });
-    expect(counted).toMatchObject({ queued: 2, confirmed: 5, holders: 7, outboxPending: 1, outboxRows: 2 });
+    expect(counted).toMatchObject({
+      queued: 2,
+      admittedQueued: 1,
+      confirmed: 5,
+      // mix-0, the first by request id and one of the room's shoppers, was the one cancelled.
+      admittedConfirmed: 2,
+      holders: 7,
+      outboxPending: 1,
+      outboxRows: 2,
+    });
     // Every unit is for sale, held aside, or held by a reservation.
     expect((snapshot?.remaining ?? 0) + (snapshot?.refused ?? 0) + counted.queued + counted.confirmed).toBe(totalStock);
     const holders = await runInDurableObject(

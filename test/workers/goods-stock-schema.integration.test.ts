@@ -1,9 +1,14 @@
 import { runDurableObjectAlarm, runInDurableObject } from 'cloudflare:test';
+import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
+import type { GoodsStock } from '../../durable-objects/goods-stock/index';
 import { SCHEMA_VERSION } from '../../durable-objects/goods-stock/storage';
 import type { ReserveItem } from '../../workers/kernel/contract';
 import { createGoods, eventually, settled, stockObject } from './helpers';
 import { createRulesGoods } from './rules-helpers';
+
+/** A queue that refuses every send: the object's reservations wait for Postgres. */
+const holdingQueue = { sendBatch: () => Promise.reject(new Error('held for the test')) } as unknown as Queue;
 
 function item(goodsId: number, userId: string): ReserveItem {
   return {
@@ -147,17 +152,26 @@ describe('the goods object schema', () => {
     expect((await fresh.snapshot())?.remaining).toBe(0);
   });
 
-  it('counts the confirmed orders of shoppers the waiting room let in, apart, and takes a released one back', async () => {
+  it('counts the reservations and orders of shoppers the waiting room let in, apart, and takes a released one back', async () => {
     const { goodsId } = await createGoods({ stock: 4 });
     const stub = stockObject(goodsId);
+    // Waiting for Postgres first: the queue refuses the object's sends.
+    const bindQueue = (queue: Queue) =>
+      runInDurableObject(stub, (instance: GoodsStock) => {
+        (instance as unknown as { env: Env }).env = { ...env, ORDER_QUEUE: queue };
+      });
+    await bindQueue(holdingQueue);
     const outcomes = await stub.reserveMany(goodsId, [
       { ...item(goodsId, 'let-in-1'), admitted: true },
       { ...item(goodsId, 'let-in-2'), admitted: true },
       item(goodsId, 'no-pass'),
     ]);
     expect(outcomes.every((o) => o.ok)).toBe(true);
+    expect(await stub.snapshot()).toMatchObject({ queued: 3, admittedQueued: 2, confirmed: 0, admittedConfirmed: 0 });
+    await bindQueue(env.ORDER_QUEUE);
+    await stub.redriveOutbox();
     await settled(goodsId);
-    expect(await stub.snapshot()).toMatchObject({ confirmed: 3, admittedConfirmed: 2 });
+    expect(await stub.snapshot()).toMatchObject({ queued: 0, admittedQueued: 0, confirmed: 3, admittedConfirmed: 2 });
     expect(await stub.release(item(goodsId, 'let-in-1').requestId, 'CANCELLED')).toMatchObject({ released: true });
     expect(await stub.release(item(goodsId, 'no-pass').requestId, 'CANCELLED')).toMatchObject({ released: true });
     expect(await stub.snapshot()).toMatchObject({ confirmed: 1, admittedConfirmed: 1 });
@@ -176,10 +190,11 @@ describe('the goods object schema', () => {
         sql.exec(`DROP TRIGGER ${trigger}`);
       }
       sql.exec('ALTER TABLE reservation DROP COLUMN admitted');
+      sql.exec('ALTER TABLE tally DROP COLUMN admitted_queued');
       sql.exec('ALTER TABLE tally DROP COLUMN admitted_confirmed');
     });
     const fresh = await restart(goodsId);
-    expect(await fresh.snapshot()).toMatchObject({ confirmed: 1, admittedConfirmed: 0 });
+    expect(await fresh.snapshot()).toMatchObject({ confirmed: 1, admittedQueued: 0, admittedConfirmed: 0 });
     expect(await storedVersion(fresh)).toBe(SCHEMA_VERSION);
     const again = { ...item(goodsId, 'v6-let-in'), admitted: true as const };
     expect((await fresh.reserveMany(goodsId, [again]))[0]).toMatchObject({ ok: true });
@@ -187,6 +202,6 @@ describe('the goods object schema', () => {
     expect(await fresh.snapshot()).toMatchObject({ confirmed: 2, admittedConfirmed: 1 });
     // The remade triggers still keep every count: a release takes the order back out of both.
     expect(await fresh.release(again.requestId, 'CANCELLED')).toMatchObject({ released: true });
-    expect(await fresh.snapshot()).toMatchObject({ remaining: 3, queued: 0, confirmed: 1, admittedConfirmed: 0 });
+    expect(await fresh.snapshot()).toMatchObject({ remaining: 3, queued: 0, confirmed: 1, admittedQueued: 0, admittedConfirmed: 0 });
   });
 });

@@ -277,11 +277,18 @@ describe("the coordinator's decision", () => {
     // bought; the coordinator decides on a report a tick after its last decision.
     const units = 2_400;
     // `passless`: orders of shoppers the room never let in (tokens got while an auto room's line
-    // was off), one every 10 ms from 1 s on, each confirmed 300 ms later, all of them long before
-    // the line's tail (a unit such a shopper takes after the coordinator counted it free is one
-    // the room promised: no count foresees it); `admittedCount`: the stock object counts the
-    // orders of shoppers the room let in apart from those.
-    const run = (counted: boolean, over: Partial<RoomGoods> = {}, passless = 0, admittedCount = false) => {
+    // was off), one every 10 ms from 1 s on, each confirmed `heldMs` later (a unit such a shopper
+    // takes after the coordinator counted it free is one the room promised: no count foresees
+    // it, so they all come before the line's tail); `admittedCount`: what the stock object counts
+    // apart of the room's own shoppers, their confirmed orders or those and their reservations
+    // still waiting for Postgres.
+    const run = (
+      counted: boolean,
+      over: Partial<RoomGoods> = {},
+      passless = 0,
+      admittedCount: 'none' | 'confirmed' | 'both' = 'none',
+      heldMs = 300,
+    ) => {
       const random = rng(31);
       const shards = 32;
       const g = goods({ shards, admitPerSecond: 400, ...(counted ? { unitsPerShopper: 1 } : {}), ...over });
@@ -312,7 +319,7 @@ describe("the coordinator's decision", () => {
         // The shoppers buy while units are left; the consumer confirms and tells their shards.
         const passlessBy = (t: number) => (t < 1_000 ? 0 : Math.min(passless, Math.floor((t - 1_000) / 10) + 1));
         const passlessHeld = passlessBy(now);
-        const passlessConfirmed = passlessBy(now - 300);
+        const passlessConfirmed = passlessBy(now - heldMs);
         for (const [k, at] of admittedAt) {
           if (!boughtAt.has(k) && now >= at + 200 && boughtAt.size < units - passlessHeld) {
             boughtAt.set(k, at + 200);
@@ -339,7 +346,8 @@ describe("the coordinator's decision", () => {
             queued: boughtAt.size - confirmed + passlessHeld - passlessConfirmed,
             confirmed: confirmed + passlessConfirmed,
             exact: true,
-            ...(admittedCount ? { admittedConfirmed: confirmed } : {}),
+            ...(admittedCount === 'none' ? {} : { admittedConfirmed: confirmed }),
+            ...(admittedCount === 'both' ? { admittedQueued: boughtAt.size - confirmed } : {}),
           };
           state = decide(state, [...latest.values()], g, stock, 0, now, TICK).state;
         }
@@ -373,13 +381,18 @@ describe("the coordinator's decision", () => {
     // An auto room whose line came on after 200 units went to shoppers it never let in: with the
     // stock object's count of its own shoppers' orders, its tail is let in as soon (6.9 s, where
     // nothing credited let it in at 10.7 s), and never a shopper more than the 2,200 units left.
-    const auto = run(true, { mode: 'auto' }, 200, true);
+    const auto = run(true, { mode: 'auto' }, 200, 'both');
     expect(auto).toMatchObject({ sold: units, letIn: units - 200, mostLetIn: units - 200 });
     expect(auto.lastAt).toBeLessThan(plain.lastAt - 3_000);
     // Every confirmed order taken for the room's own, as a room always on does without the
     // count: those 200 orders read as purchases its shards had not heard of, and 2,400 shoppers
     // were let in for the 2,200 units.
-    expect(run(true, {}, 200, false).mostLetIn).toBeGreaterThan(units - 200);
+    expect(run(true, {}, 200, 'none').mostLetIn).toBeGreaterThan(units - 200);
+    // Those orders waiting for Postgres through the tail (confirmed 5.5 s after they came): their
+    // units are held by shoppers the room never let in, and counted free they let in more
+    // shoppers than units; the stock object's count of the room's own reservations leaves them out.
+    expect(run(true, { mode: 'auto' }, 200, 'both', 5_500)).toMatchObject({ sold: units, letIn: units - 200, mostLetIn: units - 200 });
+    expect(run(true, { mode: 'auto' }, 200, 'confirmed', 5_500).mostLetIn).toBeGreaterThan(units - 200);
   });
 
   it("counts a purchase twice no more once its shard says it heard it: only where every order is an admitted shopper's one unit", () => {

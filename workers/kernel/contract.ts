@@ -211,7 +211,8 @@ export type StockSnapshot = {
   /** Reservations accepted and not settled by the order consumer yet (each keeps its outbox row). */
   queued: number;
   confirmed: number;
-  /** Of `confirmed`, the orders of shoppers the waiting room let in (absent from objects before schema 6). */
+  /** Of `queued` and `confirmed`, the reservations of shoppers the waiting room let in (absent from objects before schema 6). */
+  admittedQueued?: number;
   admittedConfirmed?: number;
   /** Units Postgres refused (it held less stock than the object): held aside, neither for sale nor sold. */
   refused: number;

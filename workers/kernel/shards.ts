@@ -69,13 +69,23 @@ export function sumSnapshots(shards: (Snapshot | undefined)[]): Snapshot | undef
     return first;
   }
   const sum = (pick: (s: Snapshot) => number) => all.reduce((n, s) => n + pick(s), 0);
-  const { goodsRemaining: _estimate, poolCalls: _calls, shard: _shard, free: _free, admittedConfirmed: _admitted, ...settings } = first;
+  const {
+    goodsRemaining: _estimate,
+    poolCalls: _calls,
+    shard: _shard,
+    free: _free,
+    admittedQueued: _admittedQueued,
+    admittedConfirmed: _admittedConfirmed,
+    ...settings
+  } = first;
+  // The room's counts only when every shard keeps them (a shard of an earlier build does not).
+  const counted = all.every((s) => s.admittedQueued !== undefined && s.admittedConfirmed !== undefined);
   return {
     ...settings,
     remaining: sum((s) => s.remaining),
     queued: sum((s) => s.queued),
     confirmed: sum((s) => s.confirmed),
-    ...(all.every((s) => s.admittedConfirmed !== undefined) ? { admittedConfirmed: sum((s) => s.admittedConfirmed ?? 0) } : {}),
+    ...(counted ? { admittedQueued: sum((s) => s.admittedQueued ?? 0), admittedConfirmed: sum((s) => s.admittedConfirmed ?? 0) } : {}),
     refused: sum((s) => s.refused),
     outboxPending: sum((s) => s.outboxPending),
     reserveRequests: sum((s) => s.reserveRequests),
