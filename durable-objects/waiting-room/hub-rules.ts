@@ -41,12 +41,9 @@ export type HubState = {
 
 /**
  * The stock object's figures: units not held, reservations waiting for Postgres, and confirmed
- * orders; `exact` when the last two are every stock shard's own count, not shard 0's scaled up.
- */
-/**
- * The goods' stock as the coordinator reads it; `admittedQueued`, `admittedConfirmed`: the
- * reservations still waiting for Postgres and the confirmed orders of shoppers the room let in
- * (absent from stock objects before them).
+ * orders; `exact` when the last two are every stock shard's own count, not shard 0's scaled up;
+ * `admittedQueued` and `admittedConfirmed`, those of the last two made by shoppers the room let
+ * in (absent from stock objects before them).
  */
 export type Stock = {
   remaining: number;
