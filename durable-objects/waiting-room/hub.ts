@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { log } from '../../workers/kernel/log';
+import { sumSnapshots } from '../../workers/kernel/shards';
 import { type HubReply, ROOM_SHARDS, type RoomGoods, type RoomStats, type ShardReport } from '../../workers/kernel/waiting-room';
 import { goodsStock } from '../routing';
 import { decide, type HubState, type HubView, initialHubState, type Reported, roundsAfter, type Stock } from './hub-rules';
@@ -176,12 +177,10 @@ export class RoomHub {
       );
       const read = others.filter((o) => o !== undefined && o !== null);
       if (read.length === others.length) {
-        const all = [snapshot, ...read];
-        const sum = (f: (o: (typeof all)[number]) => number) => all.reduce((t, o) => t + f(o), 0);
-        const admitted = all.every((o) => o.admittedQueued !== undefined && o.admittedConfirmed !== undefined)
-          ? { admittedQueued: sum((o) => o.admittedQueued ?? 0), admittedConfirmed: sum((o) => o.admittedConfirmed ?? 0) }
-          : {};
-        return { remaining, queued: sum((o) => o.queued), confirmed: sum((o) => o.confirmed), exact: true, ...admitted };
+        // Summed as the stats sum them (the room's own counts only when every shard keeps them).
+        const { queued, confirmed, admittedQueued, admittedConfirmed } = sumSnapshots([snapshot, ...read]) ?? snapshot;
+        const admitted = admittedQueued !== undefined && admittedConfirmed !== undefined ? { admittedQueued, admittedConfirmed } : {};
+        return { remaining, queued, confirmed, exact: true, ...admitted };
       }
       return { remaining, queued: snapshot.queued * n, confirmed: snapshot.confirmed * n, exact: false };
     } catch (error) {

@@ -28,7 +28,7 @@
 // instead of printed, so a run's output stays readable.
 import diagnostics from 'node:diagnostics_channel';
 import { existsSync, rmSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';
@@ -129,22 +129,18 @@ const TMPFS = '/dev/shm';
 export async function startBenchStack(o: BenchStackOptions): Promise<BenchStack> {
   const log = new BenchLog(o.verbose ?? false);
   const objectsDir = !o.objectsOnDisk && existsSync(TMPFS) ? await mkdtemp(join(TMPFS, 'edge-seckill-bench-objects-')) : undefined;
-  const removeObjects = async () => {
-    if (objectsDir) {
-      await rm(objectsDir, { recursive: true, force: true });
-    }
-  };
-  // tmpfs is memory: a run that ends without closing the stack (an error, Ctrl-C) must not leave it there.
-  const removeAtExit = () => {
+  // tmpfs is memory: removed when the stack closes, and when a run ends without closing it (an
+  // error, Ctrl-C).
+  const removeObjects = () => {
     if (objectsDir) {
       rmSync(objectsDir, { recursive: true, force: true });
     }
   };
   const onSignal = (signal: NodeJS.Signals) => {
-    removeAtExit();
+    removeObjects();
     process.exit(signal === 'SIGINT' ? 130 : 143);
   };
-  process.once('exit', removeAtExit);
+  process.once('exit', removeObjects);
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   const started = startWorkerStack({
@@ -168,7 +164,7 @@ export async function startBenchStack(o: BenchStackOptions): Promise<BenchStack>
     },
   });
   const stack = await started.catch(async (error: unknown) => {
-    await removeObjects();
+    removeObjects();
     throw error;
   });
   return {
@@ -176,8 +172,8 @@ export async function startBenchStack(o: BenchStackOptions): Promise<BenchStack>
       ...stack,
       close: async () => {
         await stack.close();
-        await removeObjects();
-        process.off('exit', removeAtExit);
+        removeObjects();
+        process.off('exit', removeObjects);
         process.off('SIGINT', onSignal);
         process.off('SIGTERM', onSignal);
       },
