@@ -290,8 +290,9 @@ export function sqlOverHttp({ allow }: { allow: Iterable<string> }): SqlOverHttp
         throw error;
       }
     } catch (error) {
-      // A failure that is not the server's answer leaves the connection in an unknown state.
-      if (!(error instanceof pg.DatabaseError)) {
+      // A failure that is not the server's answer leaves the connection in an unknown state; a
+      // FATAL answer (57P01 when the server ends the backend) is the connection's last word.
+      if (!(error instanceof pg.DatabaseError) || error.severity === 'FATAL' || error.severity === 'PANIC') {
         broken = error instanceof Error ? error : new Error(String(error));
       }
       throw error;

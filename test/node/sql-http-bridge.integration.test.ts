@@ -286,18 +286,35 @@ describe.skipIf(!SERVER_URL)('real PostgreSQL (TEST_DATABASE_URL)', () => {
           );
         }
       });
+      const ended = new Set<number>();
       const terminator = (async () => {
         while (Date.now() < until) {
-          await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()', [
-            database,
-          ]);
+          const { rows } = await admin.query<{ pid: number; signalled: boolean }>(
+            'SELECT pid, pg_terminate_backend(pid) AS signalled FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
+            [database],
+          );
+          for (const { pid, signalled } of rows) {
+            if (signalled) {
+              ended.add(pid);
+            }
+          }
           await new Promise((r) => setTimeout(r, 5));
         }
       })();
       await Promise.all([...shoppers, terminator]);
       expect(crashes).toEqual([]);
       expect(answered).toBeGreaterThan(0);
-      // A query whose connection was ended under it may fail; once the storm is over, every one answers.
+      expect(ended.size).toBeGreaterThan(0);
+      // The storm is over once the last backends it ended have exited: pg_terminate_backend only
+      // signals them, and a backend that sent its FATAL may still be going when the call returns.
+      // A query whose connection was ended under it may fail; after that, every one answers.
+      const going = async () =>
+        (await admin.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ANY($1::int[])', [[...ended]]))
+          .rows[0]?.n;
+      for (let i = 0; i < 100 && (await going()) !== 0; i++) {
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      expect(await going()).toBe(0);
       const after = await Promise.all(Array.from({ length: 8 }, () => sql`SELECT 2 AS two`));
       expect(after.map((rows) => rows[0]?.two)).toEqual(Array(8).fill(2));
       console.info(`terminate storm: ${answered} answered, ${failed} failed while their connections were ended`);
