@@ -68,8 +68,7 @@ export class Standing {
       keys,
       exact,
       horizon,
-      outstanding: this.outstanding(now),
-      bought: this.bought(),
+      ...this.admittedCounts(now),
       round: this.knownRound,
       quiet: beyond.length === 0 && unkeyed === 0,
       at: now,
@@ -154,24 +153,31 @@ export class Standing {
 
   /** Admitted shoppers who may still buy: no result since their admission, pass or last token still valid. */
   outstanding(now: number): number {
-    let n = 0;
-    for (const t of this.book.byUser.values()) {
-      if (t.round !== null && now < (t.passExpiresAt ?? 0) + TOKEN_GRACE_MS && !this.resultSince(t)) {
-        n++;
-      }
-    }
-    return n;
+    return this.admittedCounts(now).outstanding;
   }
 
-  /** Admitted shoppers whose purchase succeeded since their admission, as far as this shard has heard. */
-  bought(): number {
-    let n = 0;
+  /**
+   * The admitted shoppers in one walk over the tickets: those who may still buy (`outstanding`),
+   * and those whose purchase succeeded since their admission, as far as this shard has heard
+   * (`bought`). A shopper with neither has a refusal, or let the pass and the token lapse.
+   */
+  admittedCounts(now: number): { outstanding: number; bought: number } {
+    let outstanding = 0;
+    let bought = 0;
     for (const t of this.book.byUser.values()) {
-      if (t.round !== null && this.resultSince(t)?.status === 'SUCCESS') {
-        n++;
+      if (t.round === null) {
+        continue;
+      }
+      const result = this.resultSince(t);
+      if (result === undefined) {
+        if (now < (t.passExpiresAt ?? 0) + TOKEN_GRACE_MS) {
+          outstanding++;
+        }
+      } else if (result.status === 'SUCCESS') {
+        bought++;
       }
     }
-    return n;
+    return { outstanding, bought };
   }
 
   /** The result of an admitted ticket's purchase, when one came since its admission (an earlier one was a pass before). */
