@@ -10,7 +10,7 @@ import {
   type Settlement,
   type StockSnapshot,
 } from '../../workers/kernel/contract';
-import { resetIfAsked } from '../../workers/kernel/dev-faults';
+import { resetIfAsked, resetName } from '../../workers/kernel/dev-faults';
 import { log } from '../../workers/kernel/log';
 import { scheduleMetricsFlush } from '../../workers/metrics/flush';
 import { type MirrorCheck, MirrorSync } from '../../workers/mirror/sync';
@@ -310,7 +310,7 @@ export class GoodsStock extends DurableObject<Env> {
 
   async snapshot(): Promise<StockSnapshot | undefined> {
     if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
-      resetIfAsked(this.ctx, this.sale?.goodsId);
+      resetIfAsked(this.ctx, this.sale ? resetName(this.sale.goodsId, 'stock') : undefined);
     }
     return this.sale ? this.snapshotNow() : undefined;
   }

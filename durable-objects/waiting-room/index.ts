@@ -1,4 +1,5 @@
 import { DurableObject } from 'cloudflare:workers';
+import { resetIfAsked, resetName } from '../../workers/kernel/dev-faults';
 import type {
   HubReply,
   JoinOutcome,
@@ -65,6 +66,9 @@ export class WaitingRoom extends DurableObject<Env> {
 
   /** New settings from the operator (pause, resume, PUT): the next report carries them to the coordinator. */
   async configure(goods: RoomGoods, shard: number): Promise<void> {
+    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+      resetIfAsked(this.ctx, resetName(goods.goodsId, { room: shard }));
+    }
     this.shard(goods, shard).schedule(Date.now() + 50);
   }
 
@@ -139,6 +143,9 @@ export class WaitingRoom extends DurableObject<Env> {
   }
 
   async roomStats(goods: RoomGoods): Promise<RoomStats> {
+    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+      resetIfAsked(this.ctx, resetName(goods.goodsId, { room: 'hub' }));
+    }
     return this.hub().stats(goods);
   }
 }

@@ -103,7 +103,7 @@ describe('the fault switches', () => {
     expect((await buy('fault-reset-1', goodsId)).status).toBe(202);
     expect((await stockSnapshot(goodsId)).reserveRequests).toBe(1);
     const res = await call(`${FAULTS}/reset`, { method: 'POST', headers: ADMIN, json: { goodsId } });
-    expect(await json(res)).toEqual({ goodsId, reset: true });
+    expect(await json(res)).toEqual({ goodsId, objects: ['stock'], reset: true });
     const after = await stockSnapshot(goodsId);
     expect(after.reserveRequests).toBe(0);
     expect(after.remaining).toBe(3);

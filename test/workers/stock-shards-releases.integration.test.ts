@@ -235,7 +235,7 @@ describe('stock shards: the dev reset', () => {
     expect((await shardSnapshots(goodsId)).every((s) => (s?.reserveRequests ?? 0) > 0)).toBe(true);
     const res = await call('/admin/dev/faults/reset', { method: 'POST', headers: ADMIN, json: { goodsId } });
     expect(res.status).toBe(200);
-    expect(await json(res)).toEqual({ goodsId, reset: true });
+    expect(await json(res)).toEqual({ goodsId, objects: ['stock'], reset: true });
     // New instances everywhere (their counts start again), with the stock as storage kept it.
     const after = await shardSnapshots(goodsId);
     expect(after.map((s) => s?.reserveRequests)).toEqual(Array(SHARDS).fill(0));

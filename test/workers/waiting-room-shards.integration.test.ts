@@ -5,7 +5,7 @@ import { goodsStock, roomHub, roomShardOf, stockShardOf } from '../../durable-ob
 import type { Stock } from '../../durable-objects/waiting-room/hub-rules';
 import { ROOM_SHARDS, type RoomGoods } from '../../workers/kernel/waiting-room';
 import { ADMIN, buy, call, createGoods, eventually, json, stockObject } from './helpers';
-import { buyWithPass, createQueuedGoods, type Live, openLive, shopper, ticketNow } from './room-helpers';
+import { buyWithPass, createQueuedGoods, join, type Live, openLive, shopper, type TicketAnswer, ticketNow } from './room-helpers';
 
 // A goods' own room shard count (`queue.shards`): where its shoppers land, what the consumer
 // tells, and when the count may change.
@@ -185,5 +185,83 @@ describe('a waiting room with its own shard count', () => {
     expect(stock).toMatchObject({ confirmed: 4, queued: 0, exact: true, admittedConfirmed: 0 });
     const zero = await goodsStock(env, placement, 0).snapshot();
     expect(zero?.confirmed).toBe(0);
+  });
+});
+
+describe('a waiting room whose objects are thrown away mid-line', () => {
+  async function reset(
+    goodsId: number,
+    objects: string[],
+  ): Promise<{ status: number; body: { reset?: boolean; error?: { code: string } } }> {
+    const res = await call('/admin/dev/faults/reset', { method: 'POST', headers: ADMIN, json: { goodsId, objects } });
+    return { status: res.status, body: await json(res) };
+  }
+
+  it('keeps every ticket and admission, lets everyone in once in the line order, and sells every unit', async () => {
+    const n = 12;
+    const { goodsId } = await createQueuedGoods({ stock: n, queue: { mode: 'always', admitPerSecond: 3, passSeconds: 60, shards: 3 } });
+    const shoppers = await Promise.all(Array.from({ length: n }, (_, i) => shopper(`room-reset-${i}`)));
+    expect(new Set(shoppers.map((s) => roomShardOf(s.userId, 3))).size).toBe(3);
+    const tickets: TicketAnswer[] = [];
+    for (const s of shoppers) {
+      tickets.push((await join(s.jwt, goodsId)).body);
+    }
+    const poll = () => Promise.all(tickets.map((t) => ticketNow(goodsId, t.ticket)));
+    const admitted = (views: TicketAnswer[]) => views.filter((v) => v.state === 'ADMITTED');
+    // Mid-line: some let in, the rest waiting (3 a second: the whole line takes about 4 s).
+    const before = await eventually(async () => {
+      const views = await poll();
+      return admitted(views).length >= 3 && views;
+    });
+    expect(admitted(before).length).toBeLessThan(n);
+
+    // Every shard of the room and its coordinator start again from their storage.
+    expect(await reset(goodsId, ['room'])).toEqual({ status: 200, body: { goodsId, objects: ['room'], reset: true } });
+    const after = await poll();
+    after.forEach((view, i) => {
+      expect(view).toMatchObject({ ticketId: tickets[i]?.ticketId, orderKey: tickets[i]?.orderKey });
+    });
+    // An admission made before stands, in its round.
+    for (const was of admitted(before)) {
+      expect(after.find((v) => v.ticketId === was.ticketId)).toMatchObject({ state: 'ADMITTED', round: was.round });
+    }
+    // The line goes on: everyone in, each once, in the order of their keys (the rounds never go back).
+    const done = await eventually(
+      async () => {
+        const views = await poll();
+        return admitted(views).length === n && views;
+      },
+      30_000,
+      250,
+    );
+    const rounds = [...done].sort((a, b) => ((a.orderKey ?? '') < (b.orderKey ?? '') ? -1 : 1)).map((v) => v.round ?? 0);
+    expect(rounds.every((r, i) => i === 0 || r >= (rounds[i - 1] ?? r))).toBe(true);
+    const room = await roomStats(goodsId);
+    expect({ joined: room.joined, admitted: room.admitted }).toEqual({ joined: n, admitted: n });
+
+    // The room and the stock objects once more, then every shopper buys with their pass.
+    expect((await reset(goodsId, ['stock', 'room'])).body.reset).toBe(true);
+    const bought = await Promise.all(shoppers.map((s, i) => buyWithPass(s.jwt, goodsId, String(done[i]?.pass))));
+    for (const b of bought) {
+      expect(b.statuses).toEqual([200, 202]);
+    }
+    // Each result reaches its ticket, from shards that started again since they admitted it.
+    await eventually(
+      async () => {
+        const views = await poll();
+        return views.every((v, i) => v.result?.status === 'SUCCESS' && v.result.requestId === bought[i]?.requestId);
+      },
+      30_000,
+      250,
+    );
+    expect(await stockObject(goodsId).snapshot()).toMatchObject({ remaining: 0, confirmed: n });
+  });
+
+  it('refuses a room reset of a goods without a room, with the contract error', async () => {
+    const { goodsId } = await createGoods({ stock: 2 });
+    expect(await reset(goodsId, ['room'])).toMatchObject({ status: 400, body: { error: { code: 'INVALID_INPUT' } } });
+    for (const objects of [[], ['hub'], ['stock', 'stock', 'room']]) {
+      expect((await reset(goodsId, objects)).status).toBe(400);
+    }
   });
 });

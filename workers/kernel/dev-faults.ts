@@ -39,8 +39,20 @@ export const DevFaultsBody = z
 export type DevFaultsBody = z.infer<typeof DevFaultsBody>;
 export type DevFault = keyof DevFaultsBody;
 
-/** POST /admin/dev/faults/reset: the goods whose object throws its in-memory state away. */
-export const DevResetBody = z.object({ goodsId: z.number().int().positive().max(Number.MAX_SAFE_INTEGER) }).strict();
+/**
+ * POST /admin/dev/faults/reset: the goods whose objects throw their in-memory state away: its
+ * stock shards (`stock`, the default), its waiting room's shards and coordinator (`room`), or both.
+ */
+export const DevResetBody = z
+  .object({
+    goodsId: z.number().int().positive().max(Number.MAX_SAFE_INTEGER),
+    objects: z
+      .array(z.enum(['stock', 'room']))
+      .min(1)
+      .max(2)
+      .optional(),
+  })
+  .strict();
 
 const FAULTS = [
   'queueSendFails',
@@ -52,8 +64,8 @@ const activeUntil = new Map<DevFault, number>();
 /** Order messages already sent a second time while duplicateDeliveries is on (each is doubled once). */
 const doubled = new Set<string>();
 const DOUBLED_MAX = 100_000;
-/** Goods whose object resets at its next snapshot call. */
-const resets = new Set<number>();
+/** Objects that reset the next time resetIfAsked runs in them, by name (resetName). */
+const resets = new Set<string>();
 
 function active(fault: DevFault, now: number): boolean {
   return (activeUntil.get(fault) ?? 0) > now;
@@ -81,15 +93,24 @@ export function setDevFaults(body: DevFaultsBody, now = Date.now()): Record<DevF
   return devFaults(now);
 }
 
-/** The goods' object named resets the next time resetIfAsked runs in it; the returned function withdraws the request. */
-export function askObjectReset(goodsId: number): () => void {
-  resets.add(goodsId);
-  return () => resets.delete(goodsId);
+/**
+ * The name a reset asks for: `stock` for any stock shard of the goods (at its next snapshot
+ * call), `room` with a shard number or `hub` for one object of its waiting room (at its next
+ * configure or stats call).
+ */
+export function resetName(goodsId: number, object: 'stock' | { room: number | 'hub' }): string {
+  return object === 'stock' ? `stock:${goodsId}` : `room:${goodsId}:${object.room}`;
 }
 
-/** In the goods' object: throws its instance away (workerd starts a new one) when a reset was asked for. */
-export function resetIfAsked(ctx: DurableObjectState, goodsId: number | undefined): void {
-  if (goodsId !== undefined && resets.delete(goodsId)) {
+/** The object named resets the next time resetIfAsked runs in it; the returned function withdraws the request. */
+export function askObjectReset(name: string): () => void {
+  resets.add(name);
+  return () => resets.delete(name);
+}
+
+/** In an object: throws its instance away (workerd starts a new one) when a reset was asked for under its name. */
+export function resetIfAsked(ctx: DurableObjectState, name: string | undefined): void {
+  if (name !== undefined && resets.delete(name)) {
     ctx.abort(`${DEV_FAULT} object reset`);
   }
 }

@@ -1,7 +1,8 @@
 import { Hono } from 'hono';
-import { allStockShards } from '../../../durable-objects/routing';
+import { allStockShards, roomHub, roomShard } from '../../../durable-objects/routing';
 import { getGoods } from '../../edge/goods-cache';
-import { askObjectReset, DEV_FAULT, DevFaultsBody, DevResetBody, devFaults, setDevFaults } from '../../kernel/dev-faults';
+import { roomGoodsOf } from '../../edge/waiting-room';
+import { askObjectReset, DEV_FAULT, DevFaultsBody, DevResetBody, devFaults, resetName, setDevFaults } from '../../kernel/dev-faults';
 import { AppError } from '../../kernel/errors';
 import { log } from '../../kernel/log';
 import { ObjectCallsBody, objectCalls, setObjectCalls } from '../../kernel/object-calls';
@@ -38,17 +39,33 @@ export const devFaultRoutes = new Hono<AppEnv>()
     return c.json(setDevFaults(body));
   })
 
-  // Every stock shard of the goods throws away its in-memory state, as an eviction or a crash
-  // would: the next call to each meets a new instance that has only what was in storage.
+  // The goods' objects throw away their in-memory state, as an eviction or a crash would: every
+  // stock shard (`stock`, the default), and every shard and the coordinator of its waiting room
+  // (`room`). The next call to each meets a new instance that has only what was in storage.
   .post('/reset', valid('json', DevResetBody), async (c) => {
-    const { goodsId } = c.req.valid('json');
+    const { goodsId, objects = ['stock'] } = c.req.valid('json');
     const goods = await getGoods(c.get('config'), goodsId);
+    const calls: [string, () => Promise<unknown>][] = [];
+    if (objects.includes('stock')) {
+      for (const stub of allStockShards(c.env, goods)) {
+        calls.push([resetName(goodsId, 'stock'), () => stub.snapshot()]);
+      }
+    }
+    if (objects.includes('room')) {
+      const room = roomGoodsOf(goods);
+      if (room.mode === 'off') {
+        throw new AppError('INVALID_INPUT', 'the goods has no waiting room to reset');
+      }
+      for (let shard = 0; shard < room.shards; shard++) {
+        calls.push([resetName(goodsId, { room: shard }), () => roomShard(c.env, goods, shard).configure(room, shard)]);
+      }
+      calls.push([resetName(goodsId, { room: 'hub' }), () => roomHub(c.env, goods).roomStats(room)]);
+    }
     let reset = true;
-    // One shard at a time: the request is by goods, and the first shard to look takes it.
-    for (const stub of allStockShards(c.env, goods)) {
-      const withdraw = askObjectReset(goodsId);
-      const done = await stub
-        .snapshot()
+    // One object at a time: a stock shard takes the goods' request when it first looks.
+    for (const [name, look] of calls) {
+      const withdraw = askObjectReset(name);
+      const done = await look()
         .then(
           () => false,
           (error: unknown) => error instanceof Error && error.message.includes(DEV_FAULT),
@@ -56,6 +73,6 @@ export const devFaultRoutes = new Hono<AppEnv>()
         .finally(withdraw);
       reset &&= done;
     }
-    log.warn('dev_fault.object_reset', { requestId: c.get('traceId'), goodsId, reset });
-    return c.json({ goodsId, reset });
+    log.warn('dev_fault.object_reset', { requestId: c.get('traceId'), goodsId, objects, reset });
+    return c.json({ goodsId, objects, reset });
   });
