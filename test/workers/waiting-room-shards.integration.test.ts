@@ -5,7 +5,7 @@ import { goodsStock, roomHub, roomShardOf, stockShardOf } from '../../durable-ob
 import type { Stock } from '../../durable-objects/waiting-room/hub-rules';
 import { ROOM_SHARDS, type RoomGoods } from '../../workers/kernel/waiting-room';
 import { ADMIN, buy, call, createGoods, eventually, json, stockObject } from './helpers';
-import { buyWithPass, createQueuedGoods, join, type Live, openLive, shopper, type TicketAnswer, ticketNow } from './room-helpers';
+import { buyWithPass, createQueuedGoods, join, type Live, openLive, shopper, sleep, type TicketAnswer, ticketNow } from './room-helpers';
 
 // A goods' own room shard count (`queue.shards`): where its shoppers land, what the consumer
 // tells, and when the count may change.
@@ -215,12 +215,22 @@ describe('a waiting room whose objects are thrown away mid-line', () => {
     });
     expect(admitted(before).length).toBeLessThan(n);
 
+    // The last shopper in line holds the live channel.
+    const lastTicket = tickets[n - 1] as TicketAnswer;
+    const live = await openLive(goodsId, { ticket: lastTicket.ticket });
+    const dropped = new Promise<number>((resolve) => live.ws.addEventListener('close', (e) => resolve(e.code)));
+    await live.next((e) => e.type === 'position');
     // Every shard of the room and its coordinator start again from their storage.
     expect(await reset(goodsId, ['room'])).toEqual({ status: 200, body: { goodsId, objects: ['room'], reset: true } });
     const after = await poll();
     after.forEach((view, i) => {
       expect(view).toMatchObject({ ticketId: tickets[i]?.ticketId, orderKey: tickets[i]?.orderKey });
     });
+    // The channel dropped with its shard's instance, as a crash drops it (the page opens it
+    // again with its ticket): the shard that started again takes it and lets the shopper in on it.
+    expect(await Promise.race([dropped, sleep(5_000).then(() => 'still open')])).toBe(1006);
+    const again = await openLive(goodsId, { ticket: lastTicket.ticket });
+    expect((await again.next(() => true)).type).toMatch(/^(position|admitted)$/);
     // An admission made before stands, in its round.
     for (const was of admitted(before)) {
       expect(after.find((v) => v.ticketId === was.ticketId)).toMatchObject({ state: 'ADMITTED', round: was.round });
@@ -234,6 +244,8 @@ describe('a waiting room whose objects are thrown away mid-line', () => {
       30_000,
       250,
     );
+    expect(await again.next((e) => e.type === 'admitted')).toMatchObject({ pass: done[n - 1]?.pass });
+    again.close();
     const rounds = [...done].sort((a, b) => ((a.orderKey ?? '') < (b.orderKey ?? '') ? -1 : 1)).map((v) => v.round ?? 0);
     expect(rounds.every((r, i) => i === 0 || r >= (rounds[i - 1] ?? r))).toBe(true);
     const room = await roomStats(goodsId);
