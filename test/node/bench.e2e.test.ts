@@ -29,6 +29,7 @@ type Result = {
   purchase: Phase & {
     ratioToFloor: number;
     accepted: number;
+    acceptedPerSec: number;
     inWorker: { requests: number; meanMs: number; within: { ms: number; share: number }[] };
   };
   soldOut: Phase & { ratioToFloor: number };
@@ -62,6 +63,9 @@ type Result = {
     shardsReported: number;
     soldAll: boolean;
     accepted: number;
+    acceptedPerSec: number;
+    ratioToOneShard: number | null;
+    oneShardAfter: { acceptedPerSec: number };
     purchasesPerCall: number | null;
     objectCalls: Record<string, Record<string, { calls: number; items: number }>>;
   };
@@ -205,6 +209,11 @@ describe('npm run bench', () => {
     expect(reserve?.calls).toBeGreaterThan(0);
     expect(reserve?.items).toBeGreaterThanOrEqual(latest.shards.accepted);
     expect(latest.shards.purchasesPerCall).toBeGreaterThan(0);
+    // Beside one shard measured on both sides of it: the purchase phase, and a goods of one shard right after.
+    expect(latest.shards.oneShardAfter.acceptedPerSec).toBeGreaterThan(0);
+    const oneShard = (latest.purchase.acceptedPerSec + latest.shards.oneShardAfter.acceptedPerSec) / 2;
+    expect(latest.shards.ratioToOneShard).toBeCloseTo(latest.shards.acceptedPerSec / oneShard, 1);
+    expect(printed).toMatch(/x of 1 shard \([\d,]+ before, [\d,]+ right after\)/);
     expect(latest.queue).toMatchObject({ shoppers: 60, joined: 60, admitted: 60, accepted: 60, timedOut: 0 });
     // The coordinator's decision measured at the default and the largest room shard count.
     expect(latest.queue.coordinator.map((d) => d.shards)).toEqual([32, 128]);
@@ -223,7 +232,7 @@ describe('npm run bench', () => {
     // The room's own delays as its coordinator measured them, from the stats.
     expect(printed).toContain("the room's measured delays");
     expect(latest.queue.measured).toHaveProperty('frontLagMs');
-    for (const name of ['8 shards', 'waiting room', 'object delay 50 ms', 'object CPU']) {
+    for (const name of ['8 shards', '1 shard, after the shards', 'waiting room', 'object delay 50 ms', 'object CPU']) {
       expect(latest.invariants.checks.filter((c) => c.goods === name).length).toBeGreaterThan(0);
     }
     if (!('skipped' in latest.classic)) {

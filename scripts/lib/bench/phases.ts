@@ -192,7 +192,13 @@ export type ShardPhase = PhaseResult & {
   stock: number;
   accepted: number;
   acceptedPerSec: number;
+  /**
+   * Accepted purchases a second over the mean of one shard's two runs: the purchase phase's,
+   * and one on a goods of one shard right after this phase's timed purchases (`oneShardAfter`),
+   * so a machine that changed speed between the purchase phase and this one does not skew it.
+   */
   ratioToOneShard: number | null;
+  oneShardAfter: PhaseResult & { acceptedPerSec: number };
   sellOut: PhaseResult | null;
   soldAll: boolean;
   remaining: number | null;
@@ -202,8 +208,9 @@ export type ShardPhase = PhaseResult & {
 };
 
 /**
- * A goods with `shards` stock shards: purchases for the phase's time (throughput beside the
- * one-shard purchase phase), then more shoppers until every unit is sold.
+ * A goods with `shards` stock shards: purchases for the phase's time, then as long on a goods
+ * of one shard (throughput beside one shard's, measured on both sides of it), then more
+ * shoppers on the sharded goods until every unit is sold.
  */
 export async function shardPhase(
   c: BenchContext,
@@ -220,6 +227,14 @@ export async function shardPhase(
   );
   const inPhase = accepted.size;
   await c.admin.waitAtRest(goods.goodsId, { timeoutMs: 300_000, intervalMs: 200 });
+  // One shard again, the same way and right after: the machine's speed moves more between the
+  // purchase phase and this one (minutes apart) than sharding costs.
+  c.say(`1 shard again: ${stock} units, purchases for ${c.o.durationS} s...`);
+  const single = await saleGoods(c, '1 shard, after the shards', stock);
+  const acceptedSingle = new Set<string>();
+  const after = await purchases(c, 'shard1-after', single.goodsId, Math.max(oneShard.shoppers, c.o.connections), acceptedSingle);
+  const oneShardAfter = { ...after, acceptedPerSec: round(acceptedSingle.size / Math.max(after.durationS, 0.001)) };
+  await c.admin.waitAtRest(single.goodsId, { timeoutMs: 300_000, intervalMs: 200 });
   const left = (await c.admin.stats(goods.goodsId)).doRemaining ?? 0;
   // Twice the shoppers of the units left: a sale with more demand than stock sells every unit.
   const sellOut = left > 0 ? await purchases(c, `shard${shards}-last`, goods.goodsId, left * 2 + c.o.connections, accepted, 120) : null;
@@ -229,6 +244,7 @@ export async function shardPhase(
   const soldAll = stats !== undefined && stats.doRemaining === 0 && liveOrders(stats) === stock;
   const listed = stats && 'shards' in stats && Array.isArray(stats.shards) ? stats.shards.length : 1;
   const acceptedPerSec = round(inPhase / Math.max(timed.durationS, 0.001));
+  const oneShardMean = (oneShard.acceptedPerSec + oneShardAfter.acceptedPerSec) / 2;
   return {
     result: {
       ...timed,
@@ -237,14 +253,18 @@ export async function shardPhase(
       stock,
       accepted: inPhase,
       acceptedPerSec,
-      ratioToOneShard: oneShard.acceptedPerSec > 0 ? round(acceptedPerSec / oneShard.acceptedPerSec, 2) : null,
+      ratioToOneShard: oneShardMean > 0 ? round(acceptedPerSec / oneShardMean, 2) : null,
+      oneShardAfter,
       sellOut,
       soldAll,
       remaining: stats?.doRemaining ?? null,
       objectCalls: counts,
       purchasesPerCall: purchasesPerStockCall(counts),
     },
-    goods: [{ name: `${shards} shards`, goodsId: goods.goodsId, accepted }],
+    goods: [
+      { name: `${shards} shards`, goodsId: goods.goodsId, accepted },
+      { name: '1 shard, after the shards', goodsId: single.goodsId, accepted: acceptedSingle },
+    ],
   };
 }
 

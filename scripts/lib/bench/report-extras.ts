@@ -101,7 +101,8 @@ export function formatExtras(r: Extras): string[] {
       fmt(s.p50Ms),
       fmt(s.p90Ms),
       fmt(s.p99Ms),
-      `${fmt(s.acceptedPerSec)} purchases/s, ${s.ratioToOneShard}x of 1 shard; ${s.shardsReported} in the stats; ` +
+      `${fmt(s.acceptedPerSec)} purchases/s, ${s.ratioToOneShard}x of 1 shard (${fmt(r.purchase.acceptedPerSec)} before, ` +
+        `${fmt(s.oneShardAfter.acceptedPerSec)} right after); ${s.shardsReported} in the stats; ` +
         `${s.soldAll ? `all ${fmt(s.stock)} units sold` : `${fmt(s.remaining)} of ${fmt(s.stock)} units left`}; ` +
         `${fmt(s.purchasesPerCall, 1)} purchases a stock call (1 shard: ${fmt(r.purchase.objectCalls && purchasesPerStockCall(r.purchase.objectCalls), 1)})`,
     ]);

@@ -87,7 +87,8 @@ export function targets(r: TargetInputs): Target[] {
       ? t(
           `${s.shardsAsked} shards: within 10% of 1 shard, invariants held, every unit sold`,
           (s.ratioToOneShard ?? 0) >= 0.9 && shardChecks.every((c) => c.ok) && s.soldAll,
-          `${s.ratioToOneShard}x (${fmt(s.acceptedPerSec)} vs ${fmt(r.purchase.acceptedPerSec)} purchases/s), ` +
+          `${s.ratioToOneShard}x (${fmt(s.acceptedPerSec)} vs one shard's ${fmt(r.purchase.acceptedPerSec)} and ` +
+            `${fmt(s.oneShardAfter.acceptedPerSec)} purchases/s), ` +
             `${s.shardsReported} shard(s) in the stats, invariants ${shardChecks.every((c) => c.ok) ? 'held' : 'VIOLATED'}, ` +
             `${s.soldAll ? 'every unit sold' : `${fmt(s.remaining)} units left`}`,
         )
