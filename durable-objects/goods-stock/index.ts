@@ -310,7 +310,7 @@ export class GoodsStock extends DurableObject<Env> {
 
   async snapshot(): Promise<StockSnapshot | undefined> {
     if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
-      resetIfAsked(this.ctx, this.sale ? resetName(this.sale.goodsId, 'stock') : undefined);
+      resetIfAsked(this.ctx, this.sale ? resetName(this.sale.goodsId, { stock: this.leases.shard }) : undefined);
     }
     return this.sale ? this.snapshotNow() : undefined;
   }

@@ -94,12 +94,13 @@ export function setDevFaults(body: DevFaultsBody, now = Date.now()): Record<DevF
 }
 
 /**
- * The name a reset asks for: `stock` for any stock shard of the goods (at its next snapshot
- * call), `room` with a shard number or `hub` for one object of its waiting room (at its next
- * configure or stats call).
+ * The name a reset asks for: one stock shard of the goods (at its next snapshot call), or one
+ * object of its waiting room, a shard or the coordinator (`hub`; at its next configure or stats
+ * call). One object each, so another's call in the meantime (the coordinator reads every stock
+ * shard) cannot take the reset meant for it.
  */
-export function resetName(goodsId: number, object: 'stock' | { room: number | 'hub' }): string {
-  return object === 'stock' ? `stock:${goodsId}` : `room:${goodsId}:${object.room}`;
+export function resetName(goodsId: number, object: { stock: number } | { room: number | 'hub' }): string {
+  return 'stock' in object ? `stock:${goodsId}:${object.stock}` : `room:${goodsId}:${object.room}`;
 }
 
 /** The object named resets the next time resetIfAsked runs in it; the returned function withdraws the request. */

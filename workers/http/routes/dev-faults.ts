@@ -47,9 +47,9 @@ export const devFaultRoutes = new Hono<AppEnv>()
     const goods = await getGoods(c.get('config'), goodsId);
     const calls: [string, () => Promise<unknown>][] = [];
     if (objects.includes('stock')) {
-      for (const stub of allStockShards(c.env, goods)) {
-        calls.push([resetName(goodsId, 'stock'), () => stub.snapshot()]);
-      }
+      allStockShards(c.env, goods).forEach((stub, shard) => {
+        calls.push([resetName(goodsId, { stock: shard }), () => stub.snapshot()]);
+      });
     }
     if (objects.includes('room')) {
       const room = roomGoodsOf(goods);
@@ -62,7 +62,7 @@ export const devFaultRoutes = new Hono<AppEnv>()
       calls.push([resetName(goodsId, { room: 'hub' }), () => roomHub(c.env, goods).roomStats(room)]);
     }
     let reset = true;
-    // One object at a time: a stock shard takes the goods' request when it first looks.
+    // One object at a time, each asked by its own name.
     for (const [name, look] of calls) {
       const withdraw = askObjectReset(name);
       const done = await look()
