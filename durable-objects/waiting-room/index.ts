@@ -61,6 +61,9 @@ export class WaitingRoom extends DurableObject<Env> {
 
   /** Joins the line; idempotent per shopper. */
   async join(goods: RoomGoods, shard: number, userId: string): Promise<JoinOutcome> {
+    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+      resetIfAsked(this.ctx, resetName(goods.goodsId, { room: shard }));
+    }
     return this.shard(goods, shard).join(goods, userId);
   }
 
@@ -74,6 +77,9 @@ export class WaitingRoom extends DurableObject<Env> {
 
   /** A shopper's ticket (undefined when the id is not theirs). */
   async status(goods: RoomGoods, shard: number, userId: string, ticketId: string): Promise<TicketView | undefined> {
+    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+      resetIfAsked(this.ctx, resetName(goods.goodsId, { room: shard }));
+    }
     return this.shard(goods, shard).status(userId, ticketId);
   }
 

@@ -3,8 +3,9 @@ import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import { goodsStock, roomHub, roomShardOf, stockShardOf } from '../../durable-objects/routing';
 import type { Stock } from '../../durable-objects/waiting-room/hub-rules';
+import { askObjectReset, resetName } from '../../workers/kernel/dev-faults';
 import { ROOM_SHARDS, type RoomGoods } from '../../workers/kernel/waiting-room';
-import { ADMIN, buy, call, createGoods, eventually, json, stockObject } from './helpers';
+import { ADMIN, bearer, buy, call, createGoods, eventually, json, stockObject } from './helpers';
 import { buyWithPass, createQueuedGoods, join, type Live, openLive, shopper, sleep, type TicketAnswer, ticketNow } from './room-helpers';
 
 // A goods' own room shard count (`queue.shards`): where its shoppers land, what the consumer
@@ -267,6 +268,29 @@ describe('a waiting room whose objects are thrown away mid-line', () => {
       250,
     );
     expect(await stockObject(goodsId).snapshot()).toMatchObject({ remaining: 0, confirmed: n });
+  });
+
+  it("answers 503 UNAVAILABLE when the shopper's shard restarts under the call, and the same ticket at the next", async () => {
+    const { goodsId } = await createQueuedGoods({ stock: 3, queue: { mode: 'always', admitPerSecond: 1, shards: 3 } });
+    const s = await shopper('shard-restarts-under-the-call');
+    const own = resetName(goodsId, { room: roomShardOf(s.userId, 3) });
+    const unavailable = async (res: Response) => {
+      expect(res.status).toBe(503);
+      expect(res.headers.get('retry-after')).toBe('1');
+      expect(await json(res)).toMatchObject({ error: { code: 'UNAVAILABLE', requestId: expect.any(String) } });
+    };
+    // The join: the shard's instance goes as the call reaches it (a deploy, an eviction).
+    let taken = askObjectReset(own);
+    await unavailable(await call(`/api/seckill/goods/${goodsId}/queue`, { method: 'POST', headers: bearer(s.jwt) }));
+    expect(taken()).toBe(true);
+    const first = await join(s.jwt, goodsId);
+    expect(first.status).toBe(200);
+    // A poll of the ticket: the same, then the ticket as it was.
+    taken = askObjectReset(own);
+    await unavailable(await call(`/api/seckill/goods/${goodsId}/queue/${first.body.ticket}`));
+    expect(taken()).toBe(true);
+    expect(await ticketNow(goodsId, first.body.ticket)).toMatchObject({ ticketId: first.body.ticketId, orderKey: first.body.orderKey });
+    expect((await join(s.jwt, goodsId)).body.ticketId).toBe(first.body.ticketId);
   });
 
   it('refuses a room reset of a goods without a room, with the contract error', async () => {

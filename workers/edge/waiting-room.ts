@@ -7,6 +7,7 @@ import { openTicket, ticketAnswer, verifyPass } from '../kernel/room-seal';
 import {
   DEFAULT_ADMIT_PER_SECOND,
   DEFAULT_PASS_SECONDS,
+  type JoinOutcome,
   opensAt,
   QueueSettings,
   type RoomGoods,
@@ -25,6 +26,23 @@ import { readRemaining } from './stock-reads';
 
 type WaitUntil = (promise: Promise<unknown>) => void;
 
+/**
+ * A call to one of the goods' room objects. One that fails (the object restarting, as on a
+ * deploy or an eviction mid-call, overloaded, or out of reach) is the contract's 503
+ * UNAVAILABLE, to retry in a second: the shopper's ticket and place are in the object's
+ * storage, and the next call meets them again. A refusal the room gives (an AppError) passes.
+ */
+async function roomCall<T>(goodsId: number, what: string, call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (error) {
+    if (error instanceof AppError) {
+      throw error;
+    }
+    log.warn('room.call_failed', { goodsId, what, error });
+    throw new AppError('UNAVAILABLE', 'the waiting room is unavailable, please retry', { 'retry-after': '1' });
+  }
+}
 /** A goods' queue settings (off when the row has none or an unreadable value). */
 export function queueOf(row: GoodsRow): QueueSettings {
   return readQueueSettings(row.queue);
@@ -180,7 +198,7 @@ export async function joinRoom(env: Env, config: Config, row: GoodsRow, userId: 
     return noLineAnswer(env, config, row, userId);
   }
   const shard = roomShardOf(userId, goods.shards);
-  const outcome = await roomShard(env, row, shard).join(goods, shard, userId);
+  const outcome = await roomCall<JoinOutcome>(row.id, 'join', () => roomShard(env, row, shard).join(goods, shard, userId));
   if (!outcome.ok) {
     throw refusedJoin(outcome.reason, goods);
   }
@@ -198,7 +216,7 @@ export async function ticketStatus(env: Env, config: Config, row: GoodsRow, blob
     throw new AppError('NOT_FOUND', 'this ticket has no place in line (the goods has no waiting room)');
   }
   const shard = roomShardOf(ticket.userId, goods.shards);
-  const view = await roomShard(env, row, shard).status(goods, shard, ticket.userId, ticket.ticketId);
+  const view = await roomCall(row.id, 'status', () => roomShard(env, row, shard).status(goods, shard, ticket.userId, ticket.ticketId));
   if (!view) {
     throw new AppError('NOT_FOUND', 'no such ticket');
   }
@@ -229,7 +247,7 @@ export function connectLive(env: Env, row: GoodsRow, userId: string, request: Re
   if (protocols) {
     headers.set('sec-websocket-protocol', protocols);
   }
-  return roomShard(env, row, shard).fetch(new Request(request.url, { headers }));
+  return roomCall(row.id, 'live', () => roomShard(env, row, shard).fetch(new Request(request.url, { headers })));
 }
 
 /**
@@ -264,7 +282,7 @@ export async function fairnessOf(env: Env, row: GoodsRow, now: number): Promise<
   }
   const goods = roomGoodsOf(row);
   const shard = noteShardOf(goods);
-  const found = await roomShard(env, row, shard).fairness(goods, shard);
+  const found = await roomCall(row.id, 'fairness', () => roomShard(env, row, shard).fairness(goods, shard));
   if (fairnessKept.size > 1_000) {
     fairnessKept.clear();
   }
@@ -278,7 +296,7 @@ export async function roomStatsOf(env: Env, row: GoodsRow): Promise<RoomStats | 
   if (goods.mode === 'off') {
     return { mode: 'off', waiting: 0, admittedPerSecond: 0 };
   }
-  return roomHub(env, row).roomStats(goods);
+  return roomCall(row.id, 'stats', () => roomHub(env, row).roomStats(goods));
 }
 
 /**

@@ -95,18 +95,21 @@ export function setDevFaults(body: DevFaultsBody, now = Date.now()): Record<DevF
 
 /**
  * The name a reset asks for: one stock shard of the goods (at its next snapshot call), or one
- * object of its waiting room, a shard or the coordinator (`hub`; at its next configure or stats
- * call). One object each, so another's call in the meantime (the coordinator reads every stock
- * shard) cannot take the reset meant for it.
+ * object of its waiting room, a shard (at its next join, status or configure call) or the
+ * coordinator (`hub`; at its next stats call). One object each, so another's call in the
+ * meantime (the coordinator reads every stock shard) cannot take the reset meant for it.
  */
 export function resetName(goodsId: number, object: { stock: number } | { room: number | 'hub' }): string {
   return 'stock' in object ? `stock:${goodsId}:${object.stock}` : `room:${goodsId}:${object.room}`;
 }
 
-/** The object named resets the next time resetIfAsked runs in it; the returned function withdraws the request. */
-export function askObjectReset(name: string): () => void {
+/**
+ * The object named resets the next time resetIfAsked runs in it. The returned function withdraws
+ * the request and says whether the object took it (reset) in the meantime.
+ */
+export function askObjectReset(name: string): () => boolean {
   resets.add(name);
-  return () => resets.delete(name);
+  return () => !resets.delete(name);
 }
 
 /** In an object: throws its instance away (workerd starts a new one) when a reset was asked for under its name. */

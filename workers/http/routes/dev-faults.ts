@@ -2,7 +2,7 @@ import { Hono } from 'hono';
 import { allStockShards, roomHub, roomShard } from '../../../durable-objects/routing';
 import { getGoods } from '../../edge/goods-cache';
 import { roomGoodsOf } from '../../edge/waiting-room';
-import { askObjectReset, DEV_FAULT, DevFaultsBody, DevResetBody, devFaults, resetName, setDevFaults } from '../../kernel/dev-faults';
+import { askObjectReset, DevFaultsBody, DevResetBody, devFaults, resetName, setDevFaults } from '../../kernel/dev-faults';
 import { AppError } from '../../kernel/errors';
 import { log } from '../../kernel/log';
 import { ObjectCallsBody, objectCalls, setObjectCalls } from '../../kernel/object-calls';
@@ -62,16 +62,12 @@ export const devFaultRoutes = new Hono<AppEnv>()
       calls.push([resetName(goodsId, { room: 'hub' }), () => roomHub(c.env, goods).roomStats(room)]);
     }
     let reset = true;
-    // One object at a time, each asked by its own name.
+    // One object at a time, each asked by its own name; a shopper's call may meet it first.
     for (const [name, look] of calls) {
-      const withdraw = askObjectReset(name);
-      const done = await look()
-        .then(
-          () => false,
-          (error: unknown) => error instanceof Error && error.message.includes(DEV_FAULT),
-        )
-        .finally(withdraw);
-      reset &&= done;
+      const taken = askObjectReset(name);
+      // The call fails with the reset's reason when it is the one that meets it.
+      await look().catch(() => undefined);
+      reset &&= taken();
     }
     log.warn('dev_fault.object_reset', { requestId: c.get('traceId'), goodsId, objects, reset });
     return c.json({ goodsId, objects, reset });
