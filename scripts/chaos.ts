@@ -39,6 +39,7 @@ async function createGoods(stack: ChaosStack, plan: ChaosPlan): Promise<Sale[]> 
         endAt: now + 6 * 3600_000,
         // No order times out during the run: every unit stays where the faults left it.
         payTimeoutSeconds: plan.payTimeoutSeconds,
+        ...(phase.queue ? { queue: { mode: 'always', ...phase.queue } } : {}),
       },
     });
     const goods = read.goods(answer.json);
@@ -107,8 +108,10 @@ async function waitQuiet(stack: ChaosStack, admin: AdminApi, plan: ChaosPlan, sa
 
 /** How many object resets a phase asked for, and how many met an object with state to lose. */
 function resetsOf(log: FaultLog | undefined): { asked: number; done: number } {
-  const resets = (log?.events ?? []).filter((e) => e.what.startsWith("the goods' object"));
-  return { asked: resets.length, done: resets.filter((e) => e.what.endsWith('was reset')).length };
+  const resets = (log?.events ?? []).filter(
+    (e) => e.what.startsWith("the goods' object") || e.what.startsWith("the waiting room's objects"),
+  );
+  return { asked: resets.length, done: resets.filter((e) => e.what.endsWith('was reset') || e.what.endsWith('were reset')).length };
 }
 
 /** The Worker's warnings and errors (and the faults' own lines) between two counts of its events. */

@@ -1,10 +1,10 @@
 // The sale's crowd in one phase, paced over the phase's time so a fault meets purchases in
-// flight: honest buyers through the whole flow (challenge, token, purchase with an
-// Idempotency-Key; an answer lost to a fault is sent again with the same key, and a share of
-// accepted purchases are sent twice anyway), latecomers after the selling window, accepted
-// shoppers trying again, and hostile requests (replayed and stolen tokens, bursts over the
-// limits from one address, malformed requests). Accepted purchases are polled until final by
-// one poller for the whole run.
+// flight: honest buyers through the whole flow (the line of a phase with a waiting room,
+// challenge, token, purchase with an Idempotency-Key; an answer lost to a fault is sent again
+// with the same key, and a share of accepted purchases are sent twice anyway), latecomers
+// after the selling window, accepted shoppers trying again, and hostile requests (replayed and
+// stolen tokens, bursts over the limits from one address, malformed requests). Accepted
+// purchases are polled until final by one poller for the whole run.
 
 import { timeOrderedKey } from '../../../workers/kernel/time-order.ts';
 import type { Minter } from '../bench/mint.ts';
@@ -124,8 +124,41 @@ export type CrowdContext = {
 type Shopper = { userId: string; jwt: string; ip: string };
 type Ready = Shopper & { token: string; path: string };
 
-/** Challenge, answer, token: a shopper ready to buy, or undefined when refused on the way (SOLD_OUT at the token, ...). */
+/** How long a shopper waits in a phase's line before giving up, and how often it looks (as the page polls without its channel). */
+const LINE_PATIENCE_MS = 180_000;
+const LINE_POLL_MS = 500;
+
+/**
+ * A phase with a waiting room: the shopper joins its line and polls the ticket until let in;
+ * the admission pass, or undefined when the line sold out, the pass lapsed, or patience ran out.
+ * A 503 (a room object restarting under the call) is polled again, as the page does.
+ */
+async function waitInLine(c: CrowdContext, s: Shopper, category: Category): Promise<string | undefined> {
+  const joined = await withRetries(c.tally, category, 'join the line', () =>
+    c.http.post(`/api/seckill/goods/${c.goodsId}/queue`, { headers: as(s) }),
+  );
+  let ticket = read.ticket(joined.json);
+  if (joined.status !== 200 || !ticket) {
+    return undefined;
+  }
+  const giveUpAt = Date.now() + LINE_PATIENCE_MS;
+  while (ticket.state === 'WAITING' && Date.now() < giveUpAt) {
+    await sleep(LINE_POLL_MS);
+    const blob = ticket.ticket;
+    const polled = await withRetries(c.tally, category, 'ticket', () =>
+      c.http.get(`/api/seckill/goods/${c.goodsId}/queue/${blob}`, { headers: { 'cf-connecting-ip': s.ip } }),
+    );
+    ticket = read.ticket(polled.json) ?? ticket;
+  }
+  return ticket.state === 'ADMITTED' ? ticket.pass : undefined;
+}
+
+/** (The line, then) challenge, answer, token: a shopper ready to buy, or undefined when refused on the way (SOLD_OUT at the token, ...). */
 async function prepare(c: CrowdContext, s: Shopper, category: Category): Promise<Ready | undefined> {
+  const pass = c.phase.queue ? await waitInLine(c, s, category) : undefined;
+  if (c.phase.queue && !pass) {
+    return undefined;
+  }
   const h = as(s);
   const challenge = await withRetries(c.tally, category, 'challenge', () =>
     c.http.post(`/api/seckill/goods/${c.goodsId}/challenge`, { headers: h }),
@@ -139,7 +172,7 @@ async function prepare(c: CrowdContext, s: Shopper, category: Category): Promise
   }
   const body = solved.body;
   const token = await withRetries(c.tally, category, 'token', () =>
-    c.http.post(`/api/seckill/goods/${c.goodsId}/token`, { headers: h, json: body }),
+    c.http.post(`/api/seckill/goods/${c.goodsId}/token`, { headers: { ...h, ...(pass ? { 'x-admission-pass': pass } : {}) }, json: body }),
   );
   const issued = read.purchaseToken(token.json);
   return token.status === 200 && issued ? { ...s, token: issued.token, path: issued.path } : undefined;

@@ -1,7 +1,7 @@
 // The fault of a phase, acted out beside its crowd: the run's own servers stopped, killed and
 // started again, and the Worker's dev-only switches (/admin/dev/faults, admin token) for what
-// cannot be done from outside: a goods' object reset, queue sends failing, duplicate
-// deliveries, the consumer failing after its write.
+// cannot be done from outside: a goods' object reset, its waiting room's objects reset, queue
+// sends failing, duplicate deliveries, the consumer failing after its write.
 import type { HttpClient } from '../load/http-client.ts';
 import type { FaultKind, PhasePlan } from './plan.ts';
 import type { OwnServer } from './services.ts';
@@ -38,10 +38,10 @@ async function setSwitches(c: FaultContext, switches: FaultSwitches): Promise<vo
   }
 }
 
-async function resetObject(c: FaultContext): Promise<boolean> {
+async function resetObject(c: FaultContext, objects: ('stock' | 'room')[] = ['stock']): Promise<boolean> {
   const answer = await c.http.post('/admin/dev/faults/reset', {
     headers: { authorization: `Bearer ${c.adminToken}` },
-    json: { goodsId: c.goodsId },
+    json: { goodsId: c.goodsId, objects },
   });
   if (answer.status !== 200) {
     throw new Error(`POST /admin/dev/faults/reset answered ${answer.status} ${answer.body.slice(0, 200)}`);
@@ -92,6 +92,16 @@ export async function actFault(phase: PhasePlan, c: FaultContext): Promise<Fault
       for (const s of phase.resetsAtS) {
         await at(s);
         note((await resetObject(c)) ? "the goods' object was reset" : "the goods' object had nothing in memory to lose");
+      }
+      return log;
+    case 'room-reset':
+      for (const s of phase.resetsAtS) {
+        await at(s);
+        note(
+          (await resetObject(c, ['room']))
+            ? "the waiting room's objects were reset"
+            : "the waiting room's objects: one or more had nothing in memory to lose",
+        );
       }
       return log;
     default: {

@@ -17,7 +17,7 @@ invariant holds, 1 when one breaks, 2 when the run could not be made.
 
   --short          the CI profile: fewer shoppers, a shortened retry schedule, under 3 minutes
                    (default: the full profile, about 20 minutes, production's schedule)
-  --only KEYS      run only these phases, e.g. --only a,c (keys: 0 a b c d e f)
+  --only KEYS      run only these phases, e.g. --only a,c (keys: 0 a b c d e f r)
   --shards N       spread each phase's goods over N stock shards, 1-64 (default 1): the faults
                    then meet grants and give-backs between shards as well as reservations
   --json FILE      also write the whole result as JSON to FILE
@@ -31,6 +31,7 @@ export type FaultKind =
   | 'postgres-stopped'
   | 'redis-killed'
   | 'object-reset'
+  | 'room-reset'
   | 'queue-send-fails'
   | 'duplicate-deliveries'
   | 'consumer-fails';
@@ -56,6 +57,8 @@ export type PhasePlan = {
   faultForS: number;
   /** Object resets, seconds into the phase. */
   resetsAtS: number[];
+  /** The goods' waiting room, always on: every shopper joins its line and buys with the pass it is let in with. */
+  queue?: { admitPerSecond: number; shards: number };
 };
 
 export type QueueSettings = { maxRetries: number; retryDelay?: number | undefined };
@@ -127,8 +130,8 @@ export function parseChaosOptions(argv: string[]): ChaosOptions {
     allowPositionals: false,
   });
   const only = values.only?.split(',').map((k) => k.trim());
-  if (only?.some((k) => !/^[0a-f]$/.test(k))) {
-    throw new Error(`--only takes phase keys among 0 a b c d e f, got ${values.only}`);
+  if (only?.some((k) => !/^[0a-fr]$/.test(k))) {
+    throw new Error(`--only takes phase keys among 0 a b c d e f r, got ${values.only}`);
   }
   const shards = intOption(values.shards, 'shards', 1, 64) ?? 1;
   return {
@@ -161,6 +164,7 @@ function phases(crowd: Crowd, faults: Record<FaultKind, Partial<PhasePlan>>): Ph
     ['d', 'queue-send-fails', 'queue sends failing'],
     ['e', 'duplicate-deliveries', 'every order message delivered twice'],
     ['f', 'consumer-fails', 'consumer failing after its write'],
+    ['r', 'room-reset', "the waiting room's objects reset"],
   ];
   return titles.map(([key, fault, title]) => ({ key, fault, title, ...crowd, faultAtS: 0, faultForS: 0, resetsAtS: [], ...faults[fault] }));
 }
@@ -186,6 +190,8 @@ function fullPlan(production: QueueSchedule): Omit<ChaosPlan, 'shards'> {
       'postgres-stopped': { faultAtS: 15, faultForS: outageS, lengthS: 15 + outageS + 30 },
       'redis-killed': { faultAtS: 15, faultForS: redisDownS, lengthS: 15 + redisDownS + 30 },
       'object-reset': { resetsAtS: [5, 10, 15, 20, 25, 30, 35] },
+      // Its shards and coordinator, while the crowd waits in the line, is let in and buys.
+      'room-reset': { resetsAtS: [5, 10, 15, 20, 25, 30, 35], queue: { admitPerSecond: 2, shards: 4 } },
       'queue-send-fails': { faultAtS: 10, faultForS: sendsFailS, lengthS: 10 + sendsFailS + 30 },
       'duplicate-deliveries': { faultAtS: 5, faultForS: 45 },
       'consumer-fails': { faultAtS: 10, faultForS: 30 },
@@ -221,6 +227,9 @@ function shortPlan(): Omit<ChaosPlan, 'shards'> {
     'postgres-stopped': { faultAtS: 3, faultForS: outageS, lengthS: 3 + outageS + 4 },
     'redis-killed': { faultAtS: 3, faultForS: 3 },
     'object-reset': { resetsAtS: [1.5, 3, 4.5, 6] },
+    // The line holds the crowd (about 3 joins a second, then the latecomers' burst, for 4 a
+    // second let in) while its shards and coordinator are reset.
+    'room-reset': { resetsAtS: [2, 4, 6, 8], queue: { admitPerSecond: 4, shards: 3 } },
     // Past the outbox's 4 s cap: its sends are retried at the cap before they go through.
     'queue-send-fails': { faultAtS: 2, faultForS: pastCapSeconds(cap), lengthS: 2 + pastCapSeconds(cap) + 4 },
     'duplicate-deliveries': { faultAtS: 1, faultForS: 7 },

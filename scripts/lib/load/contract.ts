@@ -47,7 +47,7 @@ const Stats = z.looseObject({
   deadLetters: z.number().optional(),
   consistent: z.boolean(),
   /** The waiting room's figures, the ones the tools read (mode off: none). */
-  queue: z.looseObject({ frontLagMs: z.number().nullish(), lateMs: z.number().nullish() }).nullish(),
+  queue: z.looseObject({ frontLagMs: z.number().nullish(), lateMs: z.number().nullish(), outstanding: z.number().nullish() }).nullish(),
 });
 /** GET /admin/goods/:id/stats. */
 export type Stats = z.infer<typeof Stats>;
@@ -66,6 +66,7 @@ const Challenge = z.looseObject({
 export type Challenge = z.infer<typeof Challenge>;
 
 const PurchaseToken = z.looseObject({ token: z.string(), path: z.string() });
+const Ticket = z.looseObject({ ticket: z.string(), state: z.string(), pass: z.string().optional() });
 const Queued = z.looseObject({ requestId: z.string() });
 const DevToken = z.looseObject({ token: z.string() });
 const Allowlist = z.looseObject({ count: z.number() });
@@ -87,6 +88,8 @@ export const read = {
   limits: reader(Limits),
   challenge: reader(Challenge),
   purchaseToken: reader(PurchaseToken),
+  /** A waiting room's ticket (POST .../queue, GET .../queue/:ticket). */
+  ticket: reader(Ticket),
   /** A 202 to a purchase. */
   queued: reader(Queued),
   devToken: reader(DevToken),
