@@ -43,6 +43,7 @@ async function roomCall<T>(goodsId: number, what: string, call: () => Promise<T>
     throw new AppError('UNAVAILABLE', 'the waiting room is unavailable, please retry', { 'retry-after': '1' });
   }
 }
+
 /** A goods' queue settings (off when the row has none or an unreadable value). */
 export function queueOf(row: GoodsRow): QueueSettings {
   return readQueueSettings(row.queue);
