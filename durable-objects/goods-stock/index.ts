@@ -289,6 +289,9 @@ export class GoodsStock extends DurableObject<Env> {
 
   /** The answer for one request, for the result route (which checks the owner). */
   async result(requestId: string): Promise<ResultView | undefined> {
+    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+      resetIfAsked(this.ctx, this.sale ? resetName(this.sale.goodsId, { stock: this.leases.shard }) : undefined);
+    }
     return resultView(this.store, requestId);
   }
 

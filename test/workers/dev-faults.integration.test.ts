@@ -9,7 +9,8 @@ import { seckillOrder } from '../../db/schema';
 import type { GoodsStock } from '../../durable-objects/goods-stock/index';
 import worker from '../../workers/index';
 import type { OrderMessage } from '../../workers/kernel/contract';
-import { ADMIN, buy, call, createGoods, eventually, json, settled, sql, stockObject, stockSnapshot } from './helpers';
+import { askObjectReset, resetName } from '../../workers/kernel/dev-faults';
+import { ADMIN, bearer, buy, call, createGoods, devToken, eventually, json, settled, sql, stockObject, stockSnapshot } from './helpers';
 
 const FAULTS = '/admin/dev/faults';
 
@@ -113,6 +114,24 @@ describe('the fault switches', () => {
     expect(await settled(goodsId)).toMatchObject({ doRemaining: 3, orders: { PENDING_PAYMENT: 1 } });
     const missing = await call(`${FAULTS}/reset`, { method: 'POST', headers: ADMIN, json: { goodsId: 987654321 } });
     expect(missing.status).toBe(404);
+  });
+
+  it("a result read that meets the shopper's stock object restarting is 503 UNAVAILABLE, then the result", async () => {
+    const { goodsId } = await createGoods({ stock: 2 });
+    const jwt = await devToken('fault-result-read');
+    const bought = await buy('fault-result-read', goodsId, { jwt });
+    expect(bought.status).toBe(202);
+    const read = () => call(`/api/seckill/result/${String(bought.body.requestId)}`, { headers: bearer(jwt) });
+    // The object goes as the read reaches it (a deploy, an eviction): a retry-later answer, not a 500.
+    const taken = askObjectReset(resetName(goodsId, { stock: 0 }));
+    const during = await read();
+    expect(during.status).toBe(503);
+    expect(during.headers.get('retry-after')).toBe('1');
+    expect(await json(during)).toMatchObject({ error: { code: 'UNAVAILABLE' } });
+    expect(taken()).toBe(true);
+    const after = await read();
+    expect(after.status).toBe(200);
+    expect(await json(after)).toMatchObject({ requestId: bought.body.requestId, status: expect.stringMatching(/^(QUEUED|SUCCESS)$/) });
   });
 
   it('consumerFailsAfterWrite writes the order, then retries the message instead of acking it', async () => {

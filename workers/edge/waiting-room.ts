@@ -17,6 +17,7 @@ import {
   type TicketView,
 } from '../kernel/waiting-room';
 import { requireEligible } from './eligibility';
+import { objectCall } from './object-unavailable';
 import { refuseIfEnded } from './purchase';
 import { readRemaining } from './stock-reads';
 
@@ -26,22 +27,9 @@ import { readRemaining } from './stock-reads';
 
 type WaitUntil = (promise: Promise<unknown>) => void;
 
-/**
- * A call to one of the goods' room objects. One that fails (the object restarting, as on a
- * deploy or an eviction mid-call, overloaded, or out of reach) is the contract's 503
- * UNAVAILABLE, to retry in a second: the shopper's ticket and place are in the object's
- * storage, and the next call meets them again. A refusal the room gives (an AppError) passes.
- */
-async function roomCall<T>(goodsId: number, what: string, call: () => Promise<T>): Promise<T> {
-  try {
-    return await call();
-  } catch (error) {
-    if (error instanceof AppError) {
-      throw error;
-    }
-    log.warn('room.call_failed', { goodsId, what, error });
-    throw new AppError('UNAVAILABLE', 'the waiting room is unavailable, please retry', { 'retry-after': '1' });
-  }
+/** A call to one of the goods' room objects: 503 UNAVAILABLE when it fails (objectCall). */
+function roomCall<T>(goodsId: number, what: string, call: () => Promise<T>): Promise<T> {
+  return objectCall('room.call_failed', { goodsId, what }, 'the waiting room is unavailable, please retry', call);
 }
 
 /** A goods' queue settings (off when the row has none or an unreadable value). */

@@ -94,7 +94,7 @@ export function setDevFaults(body: DevFaultsBody, now = Date.now()): Record<DevF
 }
 
 /**
- * The name a reset asks for: one stock shard of the goods (at its next snapshot call), or one
+ * The name a reset asks for: one stock shard of the goods (at its next snapshot or result call), or one
  * object of its waiting room, a shard (at its next join, status or configure call) or the
  * coordinator (`hub`; at its next stats call). One object each, so another's call in the
  * meantime (the coordinator reads every stock shard) cannot take the reset meant for it.

@@ -1,5 +1,6 @@
 import { Hono } from 'hono';
 import { goodsStock, stockShardOf } from '../../../durable-objects/routing';
+import { objectCall } from '../../edge/object-unavailable';
 import { knownResult, rememberResult } from '../../edge/result-cache';
 import { mirroredResult } from '../../edge/stock-reads';
 import { AppError } from '../../kernel/errors';
@@ -24,7 +25,12 @@ export const result = new Hono<AppEnv>().get('/result/:requestId', shopperAuth, 
   const view =
     knownResult(requestId) ??
     (await mirroredResult(c.get('config'), requestId)) ??
-    (await goodsStock(c.env, c.get('goods'), stockShardOf(c.get('goods'), c.get('userId'))).result(requestId));
+    (await objectCall(
+      'result.read_failed',
+      { goodsId: c.get('goods').id, requestId },
+      "the purchase's result cannot be read right now, please retry",
+      () => goodsStock(c.env, c.get('goods'), stockShardOf(c.get('goods'), c.get('userId'))).result(requestId),
+    ));
   if (view) {
     rememberResult(view);
   }
