@@ -10,6 +10,7 @@ import type {
   KnownBan,
   LegacyLimits,
 } from '../../workers/kernel/contract';
+import { guardResetName, resetIfAsked } from '../../workers/kernel/dev-faults';
 import { GuardBook, type NewBan } from '../../workers/kernel/guard-book';
 import { GuardLedger } from './ledger';
 import { ReportPace } from './pace';
@@ -42,6 +43,9 @@ export class EdgeGuard extends DurableObject<Env> {
 
   /** Marks `key` used until `expiresAt`; true the first time, false for every replay. */
   async useOnce(key: string, expiresAt: number): Promise<boolean> {
+    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+      resetIfAsked(this.ctx, guardResetName(key));
+    }
     const now = Date.now();
     if (expiresAt <= now) {
       return false;

@@ -7,9 +7,10 @@ import { eq } from 'drizzle-orm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { seckillOrder } from '../../db/schema';
 import type { GoodsStock } from '../../durable-objects/goods-stock/index';
+import { openChallenge } from '../../workers/edge/signed';
 import worker from '../../workers/index';
 import type { OrderMessage } from '../../workers/kernel/contract';
-import { askObjectReset, resetName } from '../../workers/kernel/dev-faults';
+import { askObjectReset, guardResetName, resetName } from '../../workers/kernel/dev-faults';
 import { ADMIN, bearer, buy, call, createGoods, devToken, eventually, json, settled, sql, stockObject, stockSnapshot } from './helpers';
 
 const FAULTS = '/admin/dev/faults';
@@ -132,6 +133,34 @@ describe('the fault switches', () => {
     const after = await read();
     expect(after.status).toBe(200);
     expect(await json(after)).toMatchObject({ requestId: bought.body.requestId, status: expect.stringMatching(/^(QUEUED|SUCCESS)$/) });
+  });
+
+  it('a challenge whose guard shard restarts as it is spent is 503 UNAVAILABLE, and still good for the next try', async () => {
+    const { goodsId } = await createGoods({ stock: 2 });
+    const jwt = await devToken('fault-challenge-spend');
+    const challenged = await call(`/api/seckill/goods/${goodsId}/challenge`, { method: 'POST', headers: bearer(jwt) });
+    expect(challenged.status).toBe(200);
+    const { challengeId, prompt } = await json<{ challengeId: string; prompt: string }>(challenged);
+    const [a, b] = prompt.match(/\d+/g)?.map(Number) ?? [];
+    const sealed = await openChallenge(env.TOKEN_SECRET, challengeId);
+    if (!sealed) {
+      throw new Error('the challenge does not open with the test secret');
+    }
+    const answer = () =>
+      call(`/api/seckill/goods/${goodsId}/token`, {
+        method: 'POST',
+        headers: bearer(jwt),
+        json: { challengeId, answer: String((a ?? 0) + (b ?? 0)) },
+      });
+    const taken = askObjectReset(guardResetName(`challenge:${sealed.n}`));
+    const during = await answer();
+    expect(during.status).toBe(503);
+    expect(during.headers.get('retry-after')).toBe('1');
+    expect(await json(during)).toMatchObject({ error: { code: 'UNAVAILABLE' } });
+    expect(taken()).toBe(true);
+    // The shard went before it marked the challenge used: the same answer buys the token now, once.
+    expect((await answer()).status).toBe(200);
+    expect((await answer()).status).toBe(403);
   });
 
   it('consumerFailsAfterWrite writes the order, then retries the message instead of acking it', async () => {

@@ -4,6 +4,7 @@ import { randomId, safeEqual } from '../kernel/crypto';
 import { AppError } from '../kernel/errors';
 import type { TokenBody } from '../kernel/http-bodies';
 import { POW_ALGORITHM, verifyPow } from '../kernel/pow';
+import { objectCall } from './object-unavailable';
 import { answerHash, type Challenge, openChallenge, sealChallenge } from './signed';
 import { verifyTurnstile } from './turnstile';
 
@@ -69,8 +70,12 @@ function failed(message: string): AppError {
   return new AppError('CAPTCHA_FAILED', message);
 }
 
+/** Spends the challenge at its guard shard (one use); 503 UNAVAILABLE when the shard fails under the call (objectCall). */
 async function spend(env: Env, c: Challenge): Promise<boolean> {
-  return guardShard(env, `challenge:${c.n}`).useOnce(`challenge:${c.n}`, c.e);
+  const key = `challenge:${c.n}`;
+  return objectCall('captcha.spend_failed', { key }, 'the challenge cannot be checked right now, please retry', () =>
+    guardShard(env, key).useOnce(key, c.e),
+  );
 }
 
 /** Opens a sealed challenge and checks it belongs to this shopper and goods and is still valid. */

@@ -103,6 +103,11 @@ export function resetName(goodsId: number, object: { stock: number } | { room: n
   return 'stock' in object ? `stock:${goodsId}:${object.stock}` : `room:${goodsId}:${object.room}`;
 }
 
+/** The name a reset of the guard shard that keeps `key` asks for (at its next useOnce of that key). */
+export function guardResetName(key: string): string {
+  return `guard:${key}`;
+}
+
 /**
  * The object named resets the next time resetIfAsked runs in it. The returned function withdraws
  * the request and says whether the object took it (reset) in the meantime.
