@@ -14,6 +14,7 @@ import { resetIfAsked, resetName } from '../../workers/kernel/dev-faults';
 import { log } from '../../workers/kernel/log';
 import { scheduleMetricsFlush } from '../../workers/metrics/flush';
 import { type MirrorCheck, MirrorSync } from '../../workers/mirror/sync';
+import { nextAlarmAt, PRUNE_INTERVAL_MS } from './alarm-plan';
 import { changeAllowlist } from './allowlist';
 import { countDecisions } from './decision-counts';
 import { KeyedAccepts } from './keyed-accepts';
@@ -30,7 +31,6 @@ import { type Sale, StockStorage } from './storage';
 
 /** The outbox's safety net: if the immediate flush did not empty it, the alarm retries. */
 const OUTBOX_ALARM_DELAY_MS = 2_000;
-const PRUNE_INTERVAL_MS = 5 * 60_000;
 /** Remembered rejections (Idempotency-Key retries) are kept this long. */
 const REJECTION_TTL_MS = 24 * 3600_000;
 
@@ -289,9 +289,7 @@ export class GoodsStock extends DurableObject<Env> {
 
   /** The answer for one request, for the result route (which checks the owner). */
   async result(requestId: string): Promise<ResultView | undefined> {
-    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
-      resetIfAsked(this.ctx, this.sale ? resetName(this.sale.goodsId, { stock: this.leases.shard }) : undefined);
-    }
+    this.devReset();
     return resultView(this.store, requestId);
   }
 
@@ -312,10 +310,15 @@ export class GoodsStock extends DurableObject<Env> {
   }
 
   async snapshot(): Promise<StockSnapshot | undefined> {
+    this.devReset();
+    return this.sale ? this.snapshotNow() : undefined;
+  }
+
+  /** Dev builds: this instance goes when a reset was asked for this stock shard (dev-faults.ts). */
+  private devReset(): void {
     if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
       resetIfAsked(this.ctx, this.sale ? resetName(this.sale.goodsId, { stock: this.leases.shard }) : undefined);
     }
-    return this.sale ? this.snapshotNow() : undefined;
   }
 
   private snapshotNow(): StockSnapshot {
@@ -347,9 +350,9 @@ export class GoodsStock extends DurableObject<Env> {
     return this.outbox.redriveUnsettled(before);
   }
 
-  /** Keeps one alarm set at the earliest due work (outbox retry, mirror retry or pruning). */
-  private ensureAlarm(at: number): void {
-    if (this.alarmAt !== null && this.alarmAt <= at) {
+  /** Keeps one alarm set at the earliest due work (outbox retry, mirror retry or pruning); null: none. */
+  private ensureAlarm(at: number | null): void {
+    if (at === null || (this.alarmAt !== null && this.alarmAt <= at)) {
       return;
     }
     this.alarmAt = at;
@@ -371,19 +374,14 @@ export class GoodsStock extends DurableObject<Env> {
       this.lastPruneAt = now;
       tokensLeft = this.store.prune(now, now - REJECTION_TTL_MS);
     }
-    const next = this.store.nextOutboxAt();
-    if (next !== null) {
-      this.ensureAlarm(Math.max(next, now + 100));
-    } else if (tokensLeft) {
-      this.ensureAlarm(now + PRUNE_INTERVAL_MS);
-    }
-    if (this.leases.pending) {
-      this.ensureAlarm(now + 1_000);
-    }
-    const mirrorRetry = this.mirror.retryAtMs;
-    if (mirrorRetry !== null) {
-      this.ensureAlarm(Math.max(mirrorRetry, now + 100));
-    }
+    this.ensureAlarm(
+      nextAlarmAt(now, {
+        outboxAt: this.store.nextOutboxAt(),
+        pruneLeft: tokensLeft,
+        leasesPending: this.leases.pending,
+        mirrorRetryAt: this.mirror.retryAtMs,
+      }),
+    );
     scheduleMetricsFlush(this.env, (p) => this.ctx.waitUntil(p));
   }
 

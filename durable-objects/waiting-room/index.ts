@@ -52,6 +52,13 @@ export class WaitingRoom extends DurableObject<Env> {
     return this.shardRole;
   }
 
+  /** Dev builds: this instance goes when a reset was asked for this shard or the coordinator (dev-faults.ts). */
+  private devReset(goods: RoomGoods, role: { room: number | 'hub' }): void {
+    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+      resetIfAsked(this.ctx, resetName(goods.goodsId, role));
+    }
+  }
+
   private hub(): RoomHub {
     this.hubRole ??= new RoomHub(this.env, this.store);
     return this.hubRole;
@@ -61,25 +68,19 @@ export class WaitingRoom extends DurableObject<Env> {
 
   /** Joins the line; idempotent per shopper. */
   async join(goods: RoomGoods, shard: number, userId: string): Promise<JoinOutcome> {
-    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
-      resetIfAsked(this.ctx, resetName(goods.goodsId, { room: shard }));
-    }
+    this.devReset(goods, { room: shard });
     return this.shard(goods, shard).join(goods, userId);
   }
 
   /** New settings from the operator (pause, resume, PUT): the next report carries them to the coordinator. */
   async configure(goods: RoomGoods, shard: number): Promise<void> {
-    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
-      resetIfAsked(this.ctx, resetName(goods.goodsId, { room: shard }));
-    }
+    this.devReset(goods, { room: shard });
     this.shard(goods, shard).schedule(Date.now() + 50);
   }
 
   /** A shopper's ticket (undefined when the id is not theirs). */
   async status(goods: RoomGoods, shard: number, userId: string, ticketId: string): Promise<TicketView | undefined> {
-    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
-      resetIfAsked(this.ctx, resetName(goods.goodsId, { room: shard }));
-    }
+    this.devReset(goods, { room: shard });
     return this.shard(goods, shard).status(userId, ticketId);
   }
 
@@ -149,9 +150,7 @@ export class WaitingRoom extends DurableObject<Env> {
   }
 
   async roomStats(goods: RoomGoods): Promise<RoomStats> {
-    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
-      resetIfAsked(this.ctx, resetName(goods.goodsId, { room: 'hub' }));
-    }
+    this.devReset(goods, { room: 'hub' });
     return this.hub().stats(goods);
   }
 }

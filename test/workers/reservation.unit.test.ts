@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { nextAlarmAt, PRUNE_INTERVAL_MS } from '../../durable-objects/goods-stock/alarm-plan';
 import { decide, orderNumber, type ReservationView } from '../../durable-objects/goods-stock/rules';
 import { backoffSeconds } from '../../workers/kernel/backoff';
 import type { ReserveItem } from '../../workers/kernel/contract';
@@ -61,5 +62,20 @@ describe('helpers', () => {
 
   it('numbers orders by date, goods and sequence', () => {
     expect(orderNumber(42, 7, Date.UTC(2026, 10, 30))).toBe('SK20261130-42-000007');
+  });
+});
+
+describe("the goods' object's next alarm", () => {
+  const none = { outboxAt: null, pruneLeft: false, leasesPending: false, mirrorRetryAt: null };
+  it('is the earliest waiting work, never sooner than a moment after this one, and none when nothing waits', () => {
+    expect(nextAlarmAt(NOW, none)).toBeNull();
+    // The outbox's due row, not before 100 ms from now; pruning only when no row is due.
+    expect(nextAlarmAt(NOW, { ...none, outboxAt: NOW - 5_000, pruneLeft: true })).toBe(NOW + 100);
+    expect(nextAlarmAt(NOW, { ...none, outboxAt: NOW + 30_000, pruneLeft: true })).toBe(NOW + 30_000);
+    expect(nextAlarmAt(NOW, { ...none, pruneLeft: true })).toBe(NOW + PRUNE_INTERVAL_MS);
+    // A lease answer the instance before lost, and the mirror's retry, come sooner when due sooner.
+    expect(nextAlarmAt(NOW, { ...none, outboxAt: NOW + 30_000, leasesPending: true })).toBe(NOW + 1_000);
+    expect(nextAlarmAt(NOW, { ...none, pruneLeft: true, mirrorRetryAt: NOW + 2_000 })).toBe(NOW + 2_000);
+    expect(nextAlarmAt(NOW, { ...none, mirrorRetryAt: NOW })).toBe(NOW + 100);
   });
 });
