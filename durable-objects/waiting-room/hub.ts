@@ -156,8 +156,9 @@ export class RoomHub {
    * held are shard 0's figure (it knows the pool and what the others last reported: an upper
    * bound while they sell); its reservations and orders are every shard's own, read side by
    * side, so the confirmed count is the goods' own (`exact`, which the admissions' count of
-   * purchases heard late needs), and so are the counts of those made by shoppers the room let in. A shard that does not answer leaves shard 0's figures scaled
-   * up (shoppers spread evenly over the shards by the hash of their id), not exact.
+   * purchases heard late needs), and so are the counts of those made by shoppers the room let
+   * in. A shard that does not answer leaves shard 0's figures scaled up (shoppers spread evenly
+   * over the shards by the hash of their id), not exact.
    */
   private async readStock(goods: RoomGoods): Promise<Stock | undefined> {
     const placement = { id: goods.goodsId, locationHint: goods.locationHint };
