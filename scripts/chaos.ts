@@ -13,7 +13,7 @@ import { actFault, type FaultLog } from './lib/chaos/faults.ts';
 import { CHAOS_USAGE, type ChaosOptions, type ChaosPlan, chaosPlan, describeSchedule, parseChaosOptions } from './lib/chaos/plan.ts';
 import { type ChaosStack, productionQueueSchedule, startChaosStack } from './lib/chaos/stack.ts';
 import { PhaseTally, type ResultStatus } from './lib/chaos/tally.ts';
-import { exitCode, faultEvidence, formatVerdict, judgePhase } from './lib/chaos/verdict.ts';
+import { describeLine, exitCode, faultEvidence, formatVerdict, judgePhase } from './lib/chaos/verdict.ts';
 import { type AdminApi, adminApi } from './lib/load/admin.ts';
 import { read } from './lib/load/contract.ts';
 
@@ -192,6 +192,9 @@ async function run(o: ChaosOptions): Promise<number> {
       say(
         `  ${t.requests} requests in ${seconds(started)} s: ${t.accepted.size} accepted, ${t.busy} busy, ${t.fiveXX} other 5xx, ${t.hostile.sent} hostile`,
       );
+      if (phase.queue) {
+        say(`  ${describeLine(t.line)} (so far)`);
+      }
     }
     say('\nwaiting until everything is quiet (queues drained, results final, the cron reconciled)...');
     const quiet = await waitQuiet(stack, admin, plan, sales, poller);

@@ -2,6 +2,7 @@
 // (plan.ts), on hand-made end states: no stack, no network.
 import { describe, expect, it } from 'vitest';
 import type { GoodsFacts } from '../../scripts/lib/chaos/collect.ts';
+import { lineCounts } from '../../scripts/lib/chaos/line.ts';
 import { chaosPlan, parseChaosOptions, pastCapSeconds, retriesLastSeconds } from '../../scripts/lib/chaos/plan.ts';
 import type { TallySummary } from '../../scripts/lib/chaos/tally.ts';
 import { exitCode, faultEvidence, formatVerdict, judgePhase, type PhaseInput } from '../../scripts/lib/chaos/verdict.ts';
@@ -26,6 +27,7 @@ function healthy(stock = 3): PhaseInput {
     idempotency: { compared: 2, mismatches: 0, examples: [] },
     fiveXXExamples: [],
     noAnswerExamples: [],
+    line: lineCounts(),
   };
   const facts: GoodsFacts = {
     goodsId: 1,
@@ -203,6 +205,36 @@ describe('faultEvidence', () => {
     expect(failedChecks({ ...p, facts: { ...p.facts, stats: { ...stats, shards: shardStats.slice(0, 2) } } })).toEqual([
       'its stock over its shards',
     ]);
+  });
+
+  it('wants every shopper of a waiting room to hear how their wait ended, and the channels a room reset dropped to open again', () => {
+    const queue = { admitPerSecond: 4, shards: 3 };
+    const waited = (line: Partial<TallySummary['line']>, fault = 'room-reset') => {
+      const p = healthy();
+      return { ...p, fault, queue, tally: { ...p.tally, line: { ...lineCounts(), ...line } } };
+    };
+    const heard = {
+      joinedLive: 70,
+      joinedPost: 4,
+      opened: 90,
+      dropped: 21,
+      reopened: 16,
+      longestDownMs: 1_900,
+      heardLive: 60,
+      heardPolled: 14,
+    };
+    expect(failedChecks(waited(heard))).toEqual([]);
+    // A phase without a room has no line to check.
+    expect(failedChecks({ ...healthy(), fault: 'room-reset' })).toEqual([]);
+    expect(failedChecks(waited({ ...heard, gaveUp: 1 }))).toEqual(['every shopper in line heard how their wait ended']);
+    expect(failedChecks(waited({ ...heard, joinedLive: 0, joinedPost: 0 }))).toEqual(['every shopper in line heard how their wait ended']);
+    // Resets that dropped no channel tested no reconnect; drops never opened again are the page's reconnect failing.
+    expect(failedChecks(waited({ ...heard, dropped: 0, reopened: 0 }))).toEqual(['live channels the resets dropped opened again']);
+    expect(failedChecks(waited({ ...heard, reopened: 0 }))).toEqual(['live channels the resets dropped opened again']);
+    // Some opened again, but a shopper went without a channel until the fallback poll.
+    expect(failedChecks(waited({ ...heard, longestDownMs: 5_000 }))).toEqual(['live channels the resets dropped opened again']);
+    // Another fault behind a room: the waits are checked, the drops are not asked for.
+    expect(failedChecks(waited({ ...heard, dropped: 0, reopened: 0 }, 'object-reset'))).toEqual([]);
   });
 });
 

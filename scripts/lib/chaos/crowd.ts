@@ -6,6 +6,7 @@
 // stolen tokens, bursts over the limits from one address, malformed requests). Accepted
 // purchases are polled until final by one poller for the whole run.
 
+import { TicketAnswer } from '../../../web/src/shopper/waiting-line.ts';
 import { timeOrderedKey } from '../../../workers/kernel/time-order.ts';
 import type { Minter } from '../bench/mint.ts';
 import { read } from '../load/contract.ts';
@@ -13,6 +14,7 @@ import type { Answer, HttpClient } from '../load/http-client.ts';
 import { sendMalformed } from '../load/malformed.ts';
 import { retryable } from '../load/replay.ts';
 import { challengeAnswer } from '../load/shoppers.ts';
+import { waitAsThePage } from './line.ts';
 import type { PhasePlan } from './plan.ts';
 import type { Accepted, Category, PhaseTally, ResultStatus } from './tally.ts';
 
@@ -124,33 +126,31 @@ export type CrowdContext = {
 type Shopper = { userId: string; jwt: string; ip: string };
 type Ready = Shopper & { token: string; path: string };
 
-/** How long a shopper waits in a phase's line before giving up, and how often it looks (as the page polls without its channel). */
+/** How long a shopper waits in a phase's line before giving up. */
 const LINE_PATIENCE_MS = 180_000;
-const LINE_POLL_MS = 500;
 
 /**
- * A phase with a waiting room: the shopper joins its line and polls the ticket until let in;
- * the admission pass, or undefined when the line sold out, the pass lapsed, or patience ran out.
- * A 503 (a room object restarting under the call) is polled again, as the page does.
+ * A phase with a waiting room: the shopper waits in its line as the page does (line.ts: the
+ * live channel, opened again when it drops, the ticket polled while it is down); the admission
+ * pass, or undefined when the line sold out, the pass lapsed, or patience ran out. A join with
+ * POST .../queue that meets a room object restarting (503) is sent again, as the page does.
  */
 async function waitInLine(c: CrowdContext, s: Shopper, category: Category): Promise<string | undefined> {
-  const joined = await withRetries(c.tally, category, 'join the line', () =>
-    c.http.post(`/api/seckill/goods/${c.goodsId}/queue`, { headers: as(s) }),
-  );
-  let ticket = read.ticket(joined.json);
-  if (joined.status !== 200 || !ticket) {
-    return undefined;
-  }
-  const giveUpAt = Date.now() + LINE_PATIENCE_MS;
-  while (ticket.state === 'WAITING' && Date.now() < giveUpAt) {
-    await sleep(LINE_POLL_MS);
-    const blob = ticket.ticket;
-    const polled = await withRetries(c.tally, category, 'ticket', () =>
-      c.http.get(`/api/seckill/goods/${c.goodsId}/queue/${blob}`, { headers: { 'cf-connecting-ip': s.ip } }),
+  const line = {
+    http: c.http,
+    goodsId: c.goodsId,
+    counts: c.tally.line,
+    record: (what: string, answer: Answer) => c.tally.record(category, what, answer),
+    patienceMs: LINE_PATIENCE_MS,
+  };
+  const view = await waitAsThePage(line, s, async () => {
+    const joined = await withRetries(c.tally, category, 'join the line', () =>
+      c.http.post(`/api/seckill/goods/${c.goodsId}/queue`, { headers: as(s) }),
     );
-    ticket = read.ticket(polled.json) ?? ticket;
-  }
-  return ticket.state === 'ADMITTED' ? ticket.pass : undefined;
+    const ticket = TicketAnswer.safeParse(joined.json);
+    return joined.status === 200 && ticket.success ? ticket.data : undefined;
+  });
+  return view?.state === 'ADMITTED' ? view.pass : undefined;
 }
 
 /** (The line, then) challenge, answer, token: a shopper ready to buy, or undefined when refused on the way (SOLD_OUT at the token, ...). */

@@ -4,6 +4,7 @@
 import { read } from '../load/contract.ts';
 import { type Answer, outcomeKey } from '../load/http-client.ts';
 import { allowed503, sameAnswer } from '../load/replay.ts';
+import { type LineCounts, lineCounts } from './line.ts';
 
 /** Who sent a request: an honest buyer, a latecomer, an accepted shopper trying again, a lost-answer retry, a hostile client, a result poll. */
 export type Category = 'buyer' | 'latecomer' | 'again' | 'retry' | 'hostile' | 'poll';
@@ -36,6 +37,8 @@ export type TallySummary = {
   idempotency: { compared: number; mismatches: number; examples: string[] };
   fiveXXExamples: string[];
   noAnswerExamples: string[];
+  /** How shoppers waited in a phase's waiting room (all zero without one). */
+  line: LineCounts;
 };
 
 export class PhaseTally {
@@ -49,6 +52,7 @@ export class PhaseTally {
   readonly noAnswerExamples: string[] = [];
   readonly hostile = { sent: 0, refused: 0, letThrough: 0, examples: [] as string[] };
   readonly idempotency = { compared: 0, mismatches: 0, examples: [] as string[] };
+  readonly line = lineCounts();
 
   /** Counts one answer. */
   record(category: Category, what: string, answer: Answer): void {
@@ -127,6 +131,7 @@ export class PhaseTally {
       idempotency: structuredClone(this.idempotency),
       fiveXXExamples: [...this.fiveXXExamples],
       noAnswerExamples: [...this.noAnswerExamples],
+      line: { ...this.line },
     };
   }
 }

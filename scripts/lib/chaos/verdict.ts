@@ -2,6 +2,8 @@
 // end state (collect.ts), as one table row (accepted, orders, failed, stuck, oversold, lost,
 // duplicates, 5xx) and the invariants of DESIGN.md as named checks. Any check that fails makes
 // the run fail.
+
+import { FALLBACK_POLL_MS } from '../../../web/src/shopper/waiting-line.ts';
 import type { GoodsFacts } from './collect.ts';
 import type { TallySummary } from './tally.ts';
 
@@ -21,6 +23,9 @@ export type PhaseInput = {
   evidence?: { ok: boolean; detail: string } | undefined;
   /** Stock shards the goods was made with (`--shards`); more than one is checked in its stats. */
   shards?: number | undefined;
+  /** The phase's fault (plan.ts), and its waiting room, if it had one: its shoppers' waits are checked too. */
+  fault?: string | undefined;
+  queue?: { admitPerSecond: number; shards: number } | undefined;
 };
 
 /**
@@ -133,6 +138,7 @@ export function judgePhase(p: PhaseInput): PhaseVerdict {
       `${tally.idempotency.mismatches} of ${tally.idempotency.compared} differed${tally.idempotency.examples.length ? `: ${tally.idempotency.examples.join(', ')}` : ''}`,
     ),
     ...stockChecks(p, live.length),
+    ...lineChecks(p),
     ...mirrorChecks(p, live),
     check(
       'the cron reconciled it at rest, consistent',
@@ -151,6 +157,7 @@ export function judgePhase(p: PhaseInput): PhaseVerdict {
     `${tally.requests} requests, ${tally.busy} answered 503 BUSY/UNAVAILABLE (retried)`,
     ...(unanswered > 0 ? [`${unanswered} orders whose 202 no shopper saw (answer lost to the fault, then retried into 409)`] : []),
     ...(facts.deadLetters.total > 0 ? [`${facts.deadLetters.total} dead letters stored, ${facts.deadLetters.open} not re-driven`] : []),
+    ...(p.queue ? [describeLine(tally.line)] : []),
   ];
   return { row, checks, notes };
 }
@@ -183,6 +190,49 @@ function stockChecks(p: PhaseInput, live: number): Check[] {
       `${p.demand} shoppers for ${p.stock} units; ${remaining} left${held > 0 ? `, ${held} shoppers let in by the waiting room may still buy` : ''}`,
     ),
   ];
+}
+
+/** How a phase's shoppers waited in its line, in one line of text. */
+export function describeLine(l: TallySummary['line']): string {
+  return (
+    `the line: ${l.joinedLive + l.joinedPost} joined (${l.joinedPost} with POST after the live join failed), ` +
+    `${l.opened} live channels opened, ${l.dropped} dropped under a waiting shopper, ${l.reopened} opened again ` +
+    `(the longest without one ${(l.longestDownMs / 1000).toFixed(1)} s); ` +
+    `${l.heardLive} heard the end of their wait on the channel, ${l.heardPolled} from a poll or their POST join, ${l.gaveUp} gave up`
+  );
+}
+
+/**
+ * A phase with a waiting room: every shopper who joined its line heard how the wait ended (let
+ * in, sold out, lapsed), on the live channel or from a poll while it was down; and where the
+ * room's objects were reset, the resets dropped live channels and the page opened them again.
+ */
+function lineChecks(p: PhaseInput): Check[] {
+  if (!p.queue) {
+    return [];
+  }
+  const l = p.tally.line;
+  const check = (name: string, ok: boolean, detail: string): Check => ({ phase: p.key, name, ok, detail });
+  const joined = l.joinedLive + l.joinedPost;
+  const checks = [
+    check(
+      'every shopper in line heard how their wait ended',
+      joined > 0 && l.gaveUp === 0,
+      `${l.joinedLive} joined as the live channel opened, ${l.joinedPost} with POST; ${l.heardLive} heard the end on the channel, ${l.heardPolled} from a poll while it was down, ${l.gaveUp} gave up`,
+    ),
+  ];
+  if (p.fault === 'room-reset') {
+    // Resets that dropped no channel tested no reconnect; a shopper left without its channel
+    // until the fallback poll told them the end means the page did not open it again.
+    checks.push(
+      check(
+        'live channels the resets dropped opened again',
+        l.dropped > 0 && l.reopened > 0 && l.longestDownMs < FALLBACK_POLL_MS,
+        `${l.dropped} channels dropped under a waiting shopper, ${l.reopened} opened again; the longest without one ${(l.longestDownMs / 1000).toFixed(1)} s (the page polls after ${FALLBACK_POLL_MS / 1000} s)`,
+      ),
+    );
+  }
+  return checks;
 }
 
 /** The Redis mirror at rest: the stock and holders as the object and Postgres say, and the seed's value types. */
