@@ -1,7 +1,8 @@
-import { neon, neonConfig, Pool } from '@neondatabase/serverless';
+import { neon, neonConfig, Pool, type PoolClient } from '@neondatabase/serverless';
 import { drizzle as drizzleHttp, type NeonHttpDatabase } from 'drizzle-orm/neon-http';
 import { drizzle, type NeonDatabase } from 'drizzle-orm/neon-serverless';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import { PostgresConnectError } from './outage';
 import * as schema from './schema';
 
 export type Db = NeonDatabase<typeof schema>;
@@ -36,13 +37,35 @@ function configureDriver(wsProxy: string | undefined): void {
   configuredProxy = wsProxy;
 }
 
+type ConnectCallback = (err: Error | undefined, client: PoolClient | undefined, done: (release?: unknown) => void) => void;
+
+/**
+ * A Neon Pool whose failed connects say what they are. Drizzle's queries wrap what the driver
+ * throws (DrizzleQueryError), but a transaction takes its connection with the promise form of
+ * connect() outside that wrapper, so a Postgres out of reach surfaced as a bare Error, or on
+ * workerd as the WebSocket's ErrorEvent, which is no Error at all (db/outage.ts).
+ */
+class MarkedPool extends Pool {
+  override connect(): Promise<PoolClient>;
+  override connect(callback: ConnectCallback): void;
+  override connect(callback?: ConnectCallback): Promise<PoolClient> | undefined {
+    if (callback) {
+      super.connect(callback);
+      return undefined;
+    }
+    return super.connect().catch((cause: unknown) => {
+      throw new PostgresConnectError(cause);
+    });
+  }
+}
+
 /**
  * Runs `work` with a Drizzle client on a fresh Neon Pool and always ends the pool: a leaked
  * pool keeps its sockets and exhausts the server's connections. For interactive transactions.
  */
 export async function withDb<T>(options: DbOptions, work: (db: Db) => Promise<T>): Promise<T> {
   configureDriver(options.wsProxy);
-  const pool = new Pool({ connectionString: options.databaseUrl, max: options.max ?? 5 });
+  const pool = new MarkedPool({ connectionString: options.databaseUrl, max: options.max ?? 5 });
   // An idle client's socket error must not become an unhandled rejection of the isolate.
   pool.on('error', () => {});
   try {

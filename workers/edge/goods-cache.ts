@@ -1,7 +1,7 @@
 import { dbOptions, httpDb } from '../../db/client';
 import { type GoodsRow, listCurrentGoods } from '../../db/goods';
 import type { Config } from '../kernel/config';
-import { AppError } from '../kernel/errors';
+import { AppError, unavailable } from '../kernel/errors';
 import { log } from '../kernel/log';
 
 /** How long an isolate trusts its copy of the goods list. */
@@ -38,7 +38,8 @@ export async function currentGoods(config: Config, now = Date.now()): Promise<Ma
       log.warn('goods.refresh_failed', { error });
       return cache.byId;
     }
-    throw new AppError('UNAVAILABLE', 'the goods list is unavailable, please retry');
+    log.warn('goods.load_failed', { error });
+    throw unavailable('the goods list is unavailable, please retry');
   }
   return cache.byId;
 }

@@ -1,7 +1,9 @@
 import type { Context } from 'hono';
 import { HTTPException } from 'hono/http-exception';
+import { postgresUnavailable } from '../../db/outage';
+import { markedUnavailable } from '../edge/object-unavailable';
 import { ConfigError } from '../kernel/config';
-import { AppError, type ErrorCode, errorBody } from '../kernel/errors';
+import { AppError, type ErrorCode, errorBody, unavailable } from '../kernel/errors';
 import { log } from '../kernel/log';
 import type { AppEnv } from './context';
 
@@ -16,14 +18,43 @@ const STATUS_CODE: Record<number, ErrorCode> = {
   429: 'RATE_LIMITED',
 };
 
-/** The one error answer: `{error: {code, message, requestId}}` with the request's trace id; internals are logged, not shown. */
+/** A dependency that failed under the request, when the error says which: Postgres, or an object workerd marked. */
+function failedDependency(err: Error): 'postgres' | 'object' | undefined {
+  if (postgresUnavailable(err)) {
+    return 'postgres';
+  }
+  return markedUnavailable(err) ? 'object' : undefined;
+}
+
+const UNAVAILABLE_MESSAGE = {
+  postgres: 'the database is unavailable, please retry',
+  object: 'a part of the service is restarting or busy, please retry',
+} as const;
+
+function appErrorAnswer(err: AppError, c: Context<AppEnv>, traceId: string): Response {
+  for (const [k, v] of Object.entries(err.headers)) {
+    c.header(k, v);
+  }
+  return c.json(errorBody(err.code, err.message, traceId, err.details), err.status);
+}
+
+/**
+ * The one error answer: `{error: {code, message, requestId}}` with the request's trace id;
+ * internals are logged, not shown. A dependency that failed under the request (Postgres out of
+ * reach, an object reset or overloaded) is 503 UNAVAILABLE with Retry-After, on any route.
+ */
 export function onError(err: Error, c: Context<AppEnv>): Response {
   const traceId = c.get('traceId') ?? '';
   if (err instanceof AppError) {
-    for (const [k, v] of Object.entries(err.headers)) {
-      c.header(k, v);
-    }
-    return c.json(errorBody(err.code, err.message, traceId, err.details), err.status);
+    return appErrorAnswer(err, c, traceId);
+  }
+  const dependency = failedDependency(err);
+  if (dependency) {
+    log.warn('http.dependency_unavailable', { requestId: traceId, method: c.req.method, path: c.req.path, dependency, error: err });
+    const answer = unavailable(UNAVAILABLE_MESSAGE[dependency]);
+    // The request metrics count the answer given (outcome `unavailable`), not an internal error.
+    c.error = answer;
+    return appErrorAnswer(answer, c, traceId);
   }
   if (err instanceof HTTPException && err.status < 500) {
     const code = STATUS_CODE[err.status] ?? 'INVALID_INPUT';

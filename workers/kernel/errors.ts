@@ -81,6 +81,14 @@ export class AppError extends Error {
   }
 }
 
+/**
+ * The contract's answer to a dependency that failed under the request (a Durable Object
+ * restarting or overloaded, Postgres unreachable): 503 UNAVAILABLE, to be asked again in a second.
+ */
+export function unavailable(message: string): AppError {
+  return new AppError('UNAVAILABLE', message, { 'retry-after': '1' });
+}
+
 /** The contract's error body. */
 export function errorBody(code: ErrorCode, message: string, requestId: string, details?: Record<string, number>) {
   return { error: { code, message, requestId, ...details } };
