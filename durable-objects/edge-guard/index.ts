@@ -10,7 +10,7 @@ import type {
   KnownBan,
   LegacyLimits,
 } from '../../workers/kernel/contract';
-import { guardResetName, resetIfAsked } from '../../workers/kernel/dev-faults';
+import { GUARD_LIST_RESET_NAME, guardResetName, resetIfAsked } from '../../workers/kernel/dev-faults';
 import { GuardBook, type NewBan } from '../../workers/kernel/guard-book';
 import { GuardLedger } from './ledger';
 import { ReportPace } from './pace';
@@ -127,6 +127,9 @@ export class EdgeGuard extends DurableObject<Env> {
 
   /** Bans still in force in this shard. */
   async listBans(): Promise<BanView[]> {
+    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+      resetIfAsked(this.ctx, GUARD_LIST_RESET_NAME);
+    }
     return this.store
       .bansInForce(Date.now())
       .map((r) => ({ id: r.id, until: new Date(r.until).toISOString(), createdAt: new Date(r.created_at).toISOString() }));
@@ -134,6 +137,9 @@ export class EdgeGuard extends DurableObject<Env> {
 
   /** Lifts a ban and forgets the client's recent count; true when there was one. */
   async unban(id: string): Promise<boolean> {
+    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+      resetIfAsked(this.ctx, guardResetName(id));
+    }
     const had = (this.bans.get(id) ?? 0) > Date.now();
     this.bans.delete(id);
     this.book.forget(id);

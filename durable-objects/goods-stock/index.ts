@@ -295,10 +295,12 @@ export class GoodsStock extends DurableObject<Env> {
 
   /** Adds and removes shoppers of the sale's allowlist (one chunk of a larger change); how many it holds. */
   async changeAllowlist(add: string[], remove: string[]): Promise<{ count: number }> {
+    this.devReset();
     return { count: this.ctx.storage.transactionSync(() => changeAllowlist(this.ctx.storage.sql, add, remove)) };
   }
 
   async setPaused(paused: boolean): Promise<StockSnapshot | undefined> {
+    this.devReset();
     if (!this.sale) {
       return undefined;
     }

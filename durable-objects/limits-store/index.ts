@@ -1,5 +1,6 @@
 import { DurableObject } from 'cloudflare:workers';
 import type { StoredLimits } from '../../workers/kernel/contract';
+import { LIMITS_RESET_NAME, resetIfAsked } from '../../workers/kernel/dev-faults';
 import { DEFAULT_LIMITS, LimitsPatch } from '../../workers/kernel/limits';
 import { log } from '../../workers/kernel/log';
 import { allLimitsReplicas, legacyLimitsHolder, limitsStore } from '../routing';
@@ -29,6 +30,7 @@ export class LimitsStore extends DurableObject<Env> {
 
   /** The runtime limits: the stored record over the defaults. */
   async getLimits(): Promise<StoredLimits> {
+    this.devReset();
     if (!this.limits) {
       const record = this.store.read() ?? (await this.carryOver());
       this.limits = record
@@ -40,6 +42,7 @@ export class LimitsStore extends DurableObject<Env> {
 
   /** Applies a change to the runtime limits and stores the whole record. */
   async setLimits(patch: LimitsPatch): Promise<StoredLimits> {
+    this.devReset();
     const change = LimitsPatch.parse(patch);
     const current = await this.getLimits();
     const next = applyPatch(current.limits, change);
@@ -54,6 +57,13 @@ export class LimitsStore extends DurableObject<Env> {
       ),
     );
     return stored;
+  }
+
+  /** Dev builds: this instance goes when a reset of the store was asked for (dev-faults.ts), before it reads or writes. */
+  private devReset(): void {
+    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+      resetIfAsked(this.ctx, LIMITS_RESET_NAME);
+    }
   }
 
   /** As a copy: the limits, re-read from the store when the copy is over a second old. */

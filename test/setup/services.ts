@@ -16,14 +16,16 @@ export type WorkerServices = { databaseUrl: string; pgWsProxy: string; redisRest
 /**
  * The Worker test files that act on the whole database, not only on goods of their own: the
  * crons (the overdue sweep and the reconciliation run over every goods, at clocks hours ahead),
- * the shop's one webhook endpoint, the dead-letter lists and re-drives, the admin routes fed
- * hostile input, and the count of every Postgres session the bridge opened. Each has a database
- * of its own, whose goods ids start a million times its place in this list after the run's
- * first (they share the redis-server), so they run beside the other files.
+ * the shop's one webhook endpoint (which the outage test of the routes sets and removes too), the
+ * dead-letter lists and re-drives, the admin routes fed hostile input, and the count of every
+ * Postgres session the bridge opened. Each has a database of its own, whose goods ids start a
+ * million times its place in this list after the run's first (they share the redis-server), so
+ * they run beside the other files.
  */
 export const OWN_DATABASE_FILES = [
   'config-entry',
   'dead-letters-redrive',
+  'dependency-outage',
   'hostile-input',
   'lifecycle-mixed',
   'lifecycle-orders',

@@ -15,17 +15,18 @@ import { consumeTimeouts } from '../../workers/queue/timeouts';
 export const ADMIN = { authorization: `Bearer ${env.ADMIN_TOKEN}` };
 const BASE = 'https://seckill.test';
 
-/** Calls the Worker under test (its default export's fetch, inside workerd). */
-export async function call(path: string, init: RequestInit & { json?: unknown } = {}): Promise<Response> {
-  const headers = new Headers(init.headers);
-  let body = init.body;
-  if (init.json !== undefined) {
+/** Calls the Worker under test (its default export's fetch, inside workerd), with the test env or `init.env`. */
+export async function call(path: string, init: RequestInit & { json?: unknown; env?: Env } = {}): Promise<Response> {
+  const { json: payload, env: workerEnv = env, ...rest } = init;
+  const headers = new Headers(rest.headers);
+  let body = rest.body;
+  if (payload !== undefined) {
     headers.set('content-type', 'application/json');
-    body = JSON.stringify(init.json);
+    body = JSON.stringify(payload);
   }
   // The Worker's own fetch handler, called in-process: the test harness' self binding slows
   // down with every request it carries, which a sale of a thousand shoppers makes visible.
-  return worker.fetch(new Request(`${BASE}${path}`, { ...init, headers, body }), env, createExecutionContext());
+  return worker.fetch(new Request(`${BASE}${path}`, { ...rest, headers, body }), workerEnv, createExecutionContext());
 }
 
 export async function json<T = Record<string, unknown>>(res: Response): Promise<T> {

@@ -94,19 +94,26 @@ export function setDevFaults(body: DevFaultsBody, now = Date.now()): Record<DevF
 }
 
 /**
- * The name a reset asks for: one stock shard of the goods (at its next snapshot or result call), or one
- * object of its waiting room, a shard (at its next join, status or configure call) or the
- * coordinator (`hub`; at its next stats call). One object each, so another's call in the
- * meantime (the coordinator reads every stock shard) cannot take the reset meant for it.
+ * The name a reset asks for: one stock shard of the goods (at its next snapshot, result, pause or
+ * allowlist call), or one object of its waiting room, a shard (at its next join, status or
+ * configure call) or the coordinator (`hub`; at its next stats call). One object each, so
+ * another's call in the meantime (the coordinator reads every stock shard) cannot take the reset
+ * meant for it.
  */
 export function resetName(goodsId: number, object: { stock: number } | { room: number | 'hub' }): string {
   return 'stock' in object ? `stock:${goodsId}:${object.stock}` : `room:${goodsId}:${object.room}`;
 }
 
-/** The name a reset of the guard shard that keeps `key` asks for (at its next useOnce of that key). */
+/** The name a reset of the guard shard that keeps `key` asks for (at its next useOnce or unban of that key). */
 export function guardResetName(key: string): string {
   return `guard:${key}`;
 }
+
+/** The name a reset of the first guard shard to list its bans asks for (the operator's list asks all of them). */
+export const GUARD_LIST_RESET_NAME = 'guards:list-bans';
+
+/** The name a reset of the limits store asks for (at its next read or change of the runtime limits). */
+export const LIMITS_RESET_NAME = 'limits:store';
 
 /**
  * The object named resets the next time resetIfAsked runs in it. The returned function withdraws

@@ -1,0 +1,231 @@
+// A dependency that fails under a request (docs/operations.md#when-a-dependency-fails): Postgres
+// out of reach, or a Durable Object reset as the call reaches it, is the contract's 503
+// UNAVAILABLE with Retry-After, not a 500; the same request answers as usual once the dependency
+// is back, and an object keeps what it had stored. A bug stays a 500.
+import { env } from 'cloudflare:workers';
+import { describe, expect, it } from 'vitest';
+import { objectCall } from '../../workers/edge/object-unavailable';
+import { hmacHex } from '../../workers/kernel/crypto';
+import { askObjectReset, GUARD_LIST_RESET_NAME, guardResetName, LIMITS_RESET_NAME, resetName } from '../../workers/kernel/dev-faults';
+import { AppError } from '../../workers/kernel/errors';
+import { ADMIN, bearer, buyOrder, call, createGoods, devToken, json, setLimits, stats, stockObject } from './helpers';
+import { changeAllowlist, createRulesGoods } from './rules-helpers';
+
+const postgresDown = { ...env, DATABASE_URL: 'postgres://nobody:nobody@127.0.0.1:1/nowhere' } as Env;
+
+type Ask = { path: string; method?: string; headers?: Record<string, string>; json?: unknown; body?: string };
+
+/** The contract's 503: UNAVAILABLE, Retry-After, `{error: {code, message, requestId}}` and no internals. */
+async function expectUnavailable(res: Response): Promise<void> {
+  const text = await res.text();
+  expect(res.status, text).toBe(503);
+  expect(res.headers.get('retry-after')).toBe('1');
+  const body = JSON.parse(text) as { error: Record<string, unknown> };
+  expect(Object.keys(body)).toEqual(['error']);
+  expect(body.error).toEqual({ code: 'UNAVAILABLE', message: expect.stringMatching(/retry/), requestId: expect.stringMatching(/^\S+$/) });
+  expect(text).not.toMatch(/nowhere|127\.0\.0\.1|Failed query|dev fault/);
+}
+
+/** The request with Postgres out of reach (503), then the same request with it back (`ok`). */
+async function downThenBack(ask: Ask, ok: number): Promise<Response> {
+  await expectUnavailable(await call(ask.path, { ...ask, env: postgresDown }));
+  const back = await call(ask.path, ask);
+  // A 101 carries a WebSocket, no body to show.
+  const shown = back.status === 101 ? '' : await back.clone().text();
+  expect(back.status, `${ask.method ?? 'GET'} ${ask.path}: ${shown}`).toBe(ok);
+  return back;
+}
+
+/** A challenge solved and exchanged for a purchase token (the answer, not the checks). */
+async function tokenAttempt(jwt: string, goodsId: number, workerEnv: Env = env): Promise<Response> {
+  const challenged = await call(`/api/seckill/goods/${goodsId}/challenge`, { method: 'POST', headers: bearer(jwt) });
+  expect(challenged.status).toBe(200);
+  const { challengeId, prompt } = await json<{ challengeId: string; prompt: string }>(challenged);
+  const [a, b] = prompt.match(/\d+/g)?.map(Number) ?? [];
+  return call(`/api/seckill/goods/${goodsId}/token`, {
+    method: 'POST',
+    headers: bearer(jwt),
+    json: { challengeId, answer: String((a ?? 0) + (b ?? 0)) },
+    env: workerEnv,
+  });
+}
+
+describe('with Postgres out of reach', () => {
+  it('the goods list of an isolate that has none yet is 503, then the list', async () => {
+    // First in the file: this isolate has no copy of the list yet (one it has answers while Postgres is away).
+    await downThenBack({ path: '/api/seckill/goods' }, 200);
+  });
+
+  it("the operator's routes are 503, then answer", async () => {
+    // Shoppers here read their orders and retry faster than the default limits allow.
+    await setLimits({ perIpPerSecond: 1000, perUserPerSecond: 1000, banThreshold: 100_000 });
+    const { goodsId } = await createGoods({ stock: 5 });
+    const now = Date.now();
+    const goods = { activityId: 2001, title: 'Outage phone', priceCents: 100, stock: 3, startAt: now - 1000, endAt: now + 3600_000 };
+    await downThenBack({ path: '/admin/goods', method: 'POST', headers: ADMIN, json: goods }, 201);
+    const at = `/admin/goods/${goodsId}`;
+    await downThenBack({ path: at, method: 'PUT', headers: ADMIN, json: { perUserLimit: 2 } }, 200);
+    await downThenBack({ path: `${at}/allowlist`, method: 'PUT', headers: ADMIN, json: { add: ['outage-listed'] } }, 200);
+    await downThenBack({ path: `${at}/prewarm`, method: 'POST', headers: ADMIN }, 200);
+    await downThenBack({ path: `${at}/pause`, method: 'POST', headers: ADMIN }, 200);
+    await downThenBack({ path: `${at}/resume`, method: 'POST', headers: ADMIN }, 200);
+    await downThenBack({ path: `${at}/stats`, headers: ADMIN }, 200);
+    await downThenBack({ path: `/admin/reconcile?goodsId=${goodsId}`, method: 'POST', headers: ADMIN }, 200);
+    await downThenBack({ path: '/admin/dead-letters', headers: ADMIN }, 200);
+    await downThenBack({ path: '/admin/dead-letters/redrive', method: 'POST', headers: ADMIN, json: { goodsId } }, 200);
+    // An id Postgres does not have: back, the route reads it and says so.
+    await downThenBack({ path: '/admin/dead-letters/987654321/redrive', method: 'POST', headers: ADMIN }, 404);
+    await downThenBack({ path: '/admin/webhooks', headers: ADMIN }, 200);
+    const hooks = { url: 'http://127.0.0.1:1/hooks', secret: 'a-test-secret-0123456789', events: ['order.paid'] };
+    await downThenBack({ path: '/admin/webhooks', method: 'PUT', headers: ADMIN, json: hooks }, 200);
+    await downThenBack({ path: '/admin/webhooks', method: 'DELETE', headers: ADMIN }, 200);
+    await downThenBack({ path: '/admin/webhooks/deliveries', headers: ADMIN }, 200);
+    await downThenBack({ path: '/admin/webhooks/deliveries/evt_987654321-1_paid/redeliver', method: 'POST', headers: ADMIN }, 404);
+    // The scrape still answers without Postgres: its counters, and a gauge that says the rest is missing.
+    const scrape = await call('/admin/metrics', { headers: ADMIN, env: postgresDown });
+    expect(scrape.status).toBe(200);
+    const scraped = await scrape.text();
+    expect(scraped).toMatch(/^seckill_metrics_gauges_up 0$/m);
+    // The refusals above are counted as what they answered, not as internal errors.
+    expect(scraped).toMatch(
+      /^seckill_http_requests_total\{route="\/admin\/goods\/:goodsId\/stats",method="GET",outcome="unavailable"\} 1$/m,
+    );
+    expect(scraped).not.toMatch(/outcome="internal"/);
+  });
+
+  it("a shopper's orders, payments and the payment webhook are 503, then answer", async () => {
+    const { goodsId } = await createGoods({ stock: 4, priceCents: 700 });
+    const paid = await buyOrder('outage-payer', goodsId);
+    const cancelled = await buyOrder('outage-canceller', goodsId);
+    const headers = bearer(paid.jwt);
+    await downThenBack({ path: `/api/orders/${paid.orderId}`, headers }, 200);
+    await downThenBack({ path: `/api/seckill/goods/${goodsId}/eligibility`, headers }, 200);
+    const pay = { path: `/api/orders/${paid.orderId}/pay`, method: 'POST', headers, json: { outcome: 'hold' } };
+    const held = await json<{ paymentId: string }>(await downThenBack(pay, 200));
+    // The sandbox's checkout page: Postgres away, then the payment fails there (the order stays unpaid).
+    await downThenBack(
+      { path: `/api/payments/sandbox/${held.paymentId}/complete`, method: 'POST', headers, json: { outcome: 'fail' } },
+      200,
+    );
+    const again = await json<{ paymentId: string }>(await call(pay.path, pay));
+    const event = {
+      eventId: `evt_outage_${Date.now()}`,
+      paymentId: again.paymentId,
+      orderId: paid.orderId,
+      status: 'SUCCEEDED',
+      amountCents: 700,
+    };
+    const raw = JSON.stringify(event);
+    const signature = await hmacHex(env.PAYMENT_WEBHOOK_SECRET, raw);
+    const callback = {
+      path: '/api/payments/callback',
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-signature': signature },
+      body: raw,
+    };
+    expect(await json(await downThenBack(callback, 200))).toMatchObject({ outcome: expect.any(String), orderStatus: 'PAID' });
+    await downThenBack({ path: `/api/orders/${cancelled.orderId}/cancel`, method: 'POST', headers: bearer(cancelled.jwt) }, 200);
+    expect((await stats(goodsId)).orders).toMatchObject({ PAID: 1, CANCELLED: 1 });
+  });
+
+  it("an allowlist sale's token, queue and live channel are 503 where they ask Postgres, then answer", async () => {
+    const { goodsId } = await createRulesGoods({ stock: 3, eligibility: 'allowlist' });
+    expect((await changeAllowlist(goodsId, { add: ['outage-invited'] })).status).toBe(200);
+    const jwt = await devToken('outage-invited');
+    // The challenge is spent before Postgres is asked, so the retry solves a new one.
+    await expectUnavailable(await tokenAttempt(jwt, goodsId, postgresDown));
+    expect((await tokenAttempt(jwt, goodsId)).status).toBe(200);
+    await downThenBack({ path: `/api/seckill/goods/${goodsId}/queue`, method: 'POST', headers: bearer(jwt) }, 200);
+    const live = {
+      path: `/api/seckill/goods/${goodsId}/live?join=1`,
+      headers: { upgrade: 'websocket', 'sec-websocket-protocol': `seckill-live, jwt.${jwt}` },
+    };
+    const opened = await downThenBack(live, 101);
+    opened.webSocket?.accept();
+    opened.webSocket?.close();
+  });
+});
+
+describe('with an object reset as the call reaches it', () => {
+  it("the goods' stats are 503, then the same figures", async () => {
+    const { goodsId } = await createGoods({ stock: 6 });
+    const before = await stats(goodsId);
+    const taken = askObjectReset(resetName(goodsId, { stock: 0 }));
+    await expectUnavailable(await call(`/admin/goods/${goodsId}/stats`, { headers: ADMIN }));
+    expect(taken()).toBe(true);
+    expect(await stats(goodsId)).toEqual(before);
+  });
+
+  it('pause and resume are 503, then take effect; the stock is kept', async () => {
+    const { goodsId } = await createGoods({ stock: 6 });
+    const pause = () => call(`/admin/goods/${goodsId}/pause`, { method: 'POST', headers: ADMIN });
+    let taken = askObjectReset(resetName(goodsId, { stock: 0 }));
+    await expectUnavailable(await pause());
+    expect(taken()).toBe(true);
+    const paused = await pause();
+    expect(paused.status).toBe(200);
+    expect(await json(paused)).toEqual({ goodsId, paused: true, remaining: 6 });
+    const resume = () => call(`/admin/goods/${goodsId}/resume`, { method: 'POST', headers: ADMIN });
+    taken = askObjectReset(resetName(goodsId, { stock: 0 }));
+    await expectUnavailable(await resume());
+    expect(taken()).toBe(true);
+    expect(await json(await resume())).toEqual({ goodsId, paused: false, remaining: 6 });
+    expect((await stockObject(goodsId).snapshot())?.paused).toBe(false);
+  });
+
+  it('an allowlist change is 503, then made once', async () => {
+    const { goodsId } = await createRulesGoods({ stock: 3, eligibility: 'allowlist', shards: 2 });
+    expect(await json(await changeAllowlist(goodsId, { add: ['reset-a'] }))).toEqual({ count: 1 });
+    const taken = askObjectReset(resetName(goodsId, { stock: 1 }));
+    await expectUnavailable(await changeAllowlist(goodsId, { add: ['reset-b', 'reset-c'] }));
+    expect(taken()).toBe(true);
+    // Safe to repeat: Postgres and the shard that took it already hold part of the change.
+    const again = await changeAllowlist(goodsId, { add: ['reset-b', 'reset-c'] });
+    expect(again.status).toBe(200);
+    expect(await json(again)).toEqual({ count: 3 });
+  });
+
+  it('the runtime limits are 503 to read and to change, then kept', async () => {
+    const read = () => call('/admin/limits', { headers: ADMIN });
+    const before = await json<Record<string, unknown>>(await read());
+    let taken = askObjectReset(LIMITS_RESET_NAME);
+    await expectUnavailable(await read());
+    expect(taken()).toBe(true);
+    expect(await json(await read())).toEqual(before);
+    const change = () => call('/admin/limits', { method: 'PUT', headers: ADMIN, json: { banSeconds: 601 } });
+    taken = askObjectReset(LIMITS_RESET_NAME);
+    await expectUnavailable(await change());
+    expect(taken()).toBe(true);
+    expect((await change()).status).toBe(200);
+    expect(await json(await read())).toMatchObject({ ...before, banSeconds: 601, updatedAt: expect.any(String) });
+    await setLimits({ banSeconds: 600 });
+  });
+
+  it('the ban list and a lift are 503, then answer', async () => {
+    const list = () => call('/admin/limits/bans', { headers: ADMIN });
+    let taken = askObjectReset(GUARD_LIST_RESET_NAME);
+    await expectUnavailable(await list());
+    expect(taken()).toBe(true);
+    expect((await list()).status).toBe(200);
+    const lift = () => call('/admin/limits/bans/lift', { method: 'POST', headers: ADMIN, json: { userId: 'outage-banned' } });
+    taken = askObjectReset(guardResetName('user:outage-banned'));
+    await expectUnavailable(await lift());
+    expect(taken()).toBe(true);
+    expect(await json(await lift())).toEqual({ ids: ['user:outage-banned', 'anon:outage-banned'], lifted: false });
+  });
+});
+
+describe('a bug is not an outage', () => {
+  it("an error the object's own code throws passes objectCall as it is (a 500), and a reset is UNAVAILABLE", async () => {
+    const { goodsId } = await createGoods({ stock: 2 });
+    const stub = stockObject(goodsId) as unknown as { changeAllowlist(add: unknown, remove: unknown): Promise<unknown> };
+    const bug = await objectCall('test.call_failed', {}, 'retry', () => stub.changeAllowlist(null, null)).catch((e: unknown) => e);
+    expect(bug).toBeInstanceOf(TypeError);
+    expect(bug).toMatchObject({ remote: true });
+    const taken = askObjectReset(resetName(goodsId, { stock: 0 }));
+    const reset = await objectCall('test.call_failed', {}, 'retry', () => stockObject(goodsId).snapshot()).catch((e: unknown) => e);
+    expect(taken()).toBe(true);
+    expect(reset).toBeInstanceOf(AppError);
+    expect(reset).toMatchObject({ code: 'UNAVAILABLE', headers: { 'retry-after': '1' } });
+  });
+});
