@@ -352,6 +352,7 @@ describe('shopper routes with AUTH_JWKS_URL', () => {
     jwksStatus = 500;
     const down = await get(unknownRequest, await sign(claims('alice'), es.privateJwk));
     expect(down.status).toBe(503);
+    expect(down.headers.get('retry-after')).toBe('1');
     expect((await down.json<{ error: { code: string } }>()).error.code).toBe('UNAVAILABLE');
   });
 });

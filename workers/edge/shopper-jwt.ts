@@ -15,7 +15,7 @@ import type { JWTPayload } from 'hono/utils/jwt/types';
 import { z } from 'zod';
 import type { ShopperAuthConfig } from '../kernel/config';
 import { hmacKey } from '../kernel/crypto';
-import { AppError } from '../kernel/errors';
+import { AppError, unavailable } from '../kernel/errors';
 import { signedWithHs256, verifyHs256 } from '../kernel/jwt-hs256';
 import { log } from '../kernel/log';
 
@@ -141,7 +141,7 @@ async function keysFor(url: string, kid: string | undefined, now: number, waitUn
       return await fetchInto(url, now);
     } catch (error) {
       log.error('auth.jwks_unavailable', { url, error });
-      throw new AppError('UNAVAILABLE', 'the login keys cannot be fetched right now, please retry');
+      throw unavailable('the login keys cannot be fetched right now, please retry');
     }
   }
   const knowsKid = cached.keys.some((k) => k.kid === kid);

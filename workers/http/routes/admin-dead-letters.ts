@@ -2,7 +2,7 @@ import { Hono } from 'hono';
 import { createMiddleware } from 'hono/factory';
 import { withDbFor } from '../../../db/client';
 import { type DeadLetterRow, listDeadLetters } from '../../../db/dead-letters';
-import { AppError, type ErrorCode } from '../../kernel/errors';
+import { AppError, type ErrorCode, unavailable } from '../../kernel/errors';
 import { DeadLetterParam, DeadLetterQuery, RedriveGoodsBody } from '../../kernel/http-bodies';
 import { type RedriveResult, redriveDeadLetter } from '../../queue/dead-letters';
 import type { AppEnv } from '../context';
@@ -75,7 +75,8 @@ export const adminDeadLetters = new Hono<AppEnv>()
     const result = await withDbFor(c.get('config'), (d) => redriveDeadLetter(c.env, d, id));
     if (!result.ok) {
       const refusal = REFUSAL[result.reason];
-      throw new AppError(refusal.code, refusal.message);
+      // A queue that refused the send is an outage: asked again in a second.
+      throw refusal.code === 'UNAVAILABLE' ? unavailable(refusal.message) : new AppError(refusal.code, refusal.message);
     }
     return c.json({ id, queue: result.queue, redriven: true });
   });

@@ -6,7 +6,7 @@ import { placementOf } from '../../edge/placements';
 import { releaseOrRepair } from '../../edge/release';
 import { enqueueDeliveries } from '../../edge/webhooks';
 import { randomId } from '../../kernel/crypto';
-import { AppError } from '../../kernel/errors';
+import { AppError, unavailable } from '../../kernel/errors';
 import { OrderParam, PayBody } from '../../kernel/http-bodies';
 import { log } from '../../kernel/log';
 import { ORDER_STATUS, orderStatusName } from '../../kernel/order-status';
@@ -101,7 +101,7 @@ export const orders = new Hono<AppEnv>()
     if (!started.ok) {
       log.warn('payment.start_failed', { orderId, paymentId, provider: provider.name, error: started.error });
       await markPaymentFailed(http, paymentId);
-      throw new AppError('UNAVAILABLE', 'the payment provider is unavailable, please retry');
+      throw unavailable('the payment provider is unavailable, please retry');
     }
     return c.json({
       paymentId,

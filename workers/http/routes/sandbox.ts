@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { dbOptions, httpDb } from '../../../db/client';
 import { findOrder } from '../../../db/lifecycle';
 import { findPayment } from '../../../db/payments';
-import { AppError } from '../../kernel/errors';
+import { AppError, unavailable } from '../../kernel/errors';
 import { PaymentId, SandboxCompleteBody } from '../../kernel/http-bodies';
 import { deliverWebhook, SANDBOX, sandboxEvent } from '../../payments/sandbox';
 import type { AppEnv } from '../context';
@@ -51,7 +51,7 @@ export const sandboxRoutes = new Hono<AppEnv>()
       const res = await deliverWebhook(c.get('config').paymentWebhookSecret, event);
       const answer: unknown = await res.json().catch(() => null);
       if (res.status >= 500) {
-        throw new AppError('UNAVAILABLE', `the payment callback answered ${res.status}`);
+        throw unavailable(`the payment callback answered ${res.status}, please retry`);
       }
       return c.json({ paymentId, eventId: event.eventId, callbackStatus: res.status, callback: answer });
     },
