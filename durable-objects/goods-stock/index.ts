@@ -336,18 +336,12 @@ export class GoodsStock extends DurableObject<Env> {
     return this.outbox.flush();
   }
 
-  /**
-   * Sends every message the queue has not taken now, ignoring the retry backoff (the
-   * reconciler's re-drive of a stuck outbox). Returns how many rows are still waiting afterwards.
-   */
+  /** Sends every message the queue has not taken now, past the retry backoff (the reconciler's re-drive of a stuck outbox). */
   async redriveOutbox(): Promise<{ before: number; pending: number }> {
     return this.outbox.redrive();
   }
 
-  /**
-   * Sends again now every unsettled reservation accepted and last sent before `before` (the
-   * reconciler's re-drive of reservations left QUEUED, once Postgres answers again).
-   */
+  /** Sends again every unsettled reservation last sent before `before` (the reconciler's re-drive once Postgres answers again). */
   async redriveUnsettled(before: number): Promise<{ rows: number; queued: number }> {
     return this.outbox.redriveUnsettled(before);
   }
