@@ -122,6 +122,7 @@ export class GoodsStock extends DurableObject<Env> {
    * object's stock shard (routing.ts); a shard other than 0 then takes its first lease.
    */
   async init(goods: GoodsInit, shard = 0, lease = true): Promise<StockSnapshot> {
+    this.devReset(goods.goodsId, shard);
     const before = this.sale && mirrorGoods(this.sale, this.mirror.title);
     if (this.sale) {
       this.store.updateSettings(goods);
@@ -317,9 +318,9 @@ export class GoodsStock extends DurableObject<Env> {
   }
 
   /** Dev builds: this instance goes when a reset was asked for this stock shard (dev-faults.ts). */
-  private devReset(): void {
+  private devReset(goodsId = this.sale?.goodsId, shard = this.leases.shard): void {
     if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
-      resetIfAsked(this.ctx, this.sale ? resetName(this.sale.goodsId, { stock: this.leases.shard }) : undefined);
+      resetIfAsked(this.ctx, goodsId === undefined ? undefined : resetName(goodsId, { stock: shard }));
     }
   }
 

@@ -3,15 +3,18 @@ import { z } from 'zod';
 import { changeAllowlist } from '../../../db/allowlist';
 import { dbOptions, httpDb, withDbFor } from '../../../db/client';
 import { findGoods, type GoodsRow, insertGoods, setGoodsPaused, setGoodsShards, toGoodsInit, updateGoodsSettings } from '../../../db/goods';
+import { postgresUnavailable } from '../../../db/outage';
 import { getGoods, invalidateGoods } from '../../edge/goods-cache';
 import { goodsView } from '../../edge/goods-view';
+import { markedUnavailable } from '../../edge/object-unavailable';
 import { goodsStats } from '../../edge/stats';
 import { allowlistShards, goodsSnapshot, initShards, pauseShards } from '../../edge/stock-shards';
 import { commitSeed, nextQueueSettings, pushRoomSettings, queueOf } from '../../edge/waiting-room';
 import type { Config } from '../../kernel/config';
-import { GoodsId } from '../../kernel/contract';
+import { GoodsId, type StockSnapshot } from '../../kernel/contract';
 import { AppError } from '../../kernel/errors';
 import { AllowlistBody, CreateGoodsBody, UpdateGoodsBody } from '../../kernel/http-bodies';
+import { log } from '../../kernel/log';
 import type { AppEnv } from '../context';
 import { adminAuth } from '../middleware/admin-auth';
 import { limitAllowlistBody } from '../middleware/body-limit';
@@ -28,10 +31,8 @@ export const admin = new Hono<AppEnv>()
     const body = c.req.valid('json');
     const row = await withDbFor(c.get('config'), (d) => insertGoods(d, body));
     await invalidateGoods(c.get('config'));
-    // Pre-warm at once: the objects exist (and the shards hold their leases) before the first shopper arrives.
-    const snapshot = await initShards(c.env, row, toGoodsInit(row));
-    await commitSeed(c.env, row);
-    return c.json(goodsAnswer(row, snapshot), 201);
+    const { snapshot, prewarmed } = await prewarmNew(c.env, row, c.get('traceId'));
+    return c.json({ ...goodsAnswer(row, snapshot), ...(prewarmed ? {} : { prewarmed }) }, 201);
   })
 
   .put('/goods/:goodsId', valid('param', GoodsParam), valid('json', UpdateGoodsBody), async (c) => {
@@ -108,6 +109,33 @@ export const admin = new Hono<AppEnv>()
     const queueSettings = await getGoods(c.get('config'), stats.goodsId).then(queueOf, () => undefined);
     return c.json({ ...stats, ...(queueSettings ? { queueSettings } : {}) });
   });
+
+/**
+ * A new goods' objects made at once (the shards hold their leases before the first shopper
+ * arrives) and its room's seed committed. The row is in Postgres by then: an object or Postgres
+ * failing under this setup does not undo it, and a 503 would have the operator create the goods
+ * a second time. The goods is answered as created, `prewarmed: false`; its objects are made on
+ * first use, at the cron's next pre-warm or by POST .../prewarm, and its room commits its seed
+ * when first asked for it. Anything else that fails here is a fault, answered as one.
+ */
+async function prewarmNew(
+  env: Env,
+  row: GoodsRow,
+  requestId: string,
+): Promise<{ snapshot: StockSnapshot | undefined; prewarmed: boolean }> {
+  let snapshot: StockSnapshot | undefined;
+  try {
+    snapshot = await initShards(env, row, toGoodsInit(row));
+    await commitSeed(env, row);
+    return { snapshot, prewarmed: true };
+  } catch (error) {
+    if (!markedUnavailable(error) && !postgresUnavailable(error)) {
+      throw error;
+    }
+    log.warn('admin.goods_prewarm_failed', { requestId, goodsId: row.id, error });
+    return { snapshot, prewarmed: false };
+  }
+}
 
 async function setPaused(env: Env, config: Config, goodsId: number, paused: boolean) {
   const row = await withDbFor(config, (d) => setGoodsPaused(d, goodsId, paused));
