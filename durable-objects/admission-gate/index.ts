@@ -1,5 +1,6 @@
 import { DurableObject } from 'cloudflare:workers';
 import type { Lease, RateShare } from '../../workers/kernel/contract';
+import { resetEdgeObjectIfAsked } from '../../workers/kernel/dev-faults';
 import { TokenBucket } from '../../workers/kernel/token-bucket';
 import { RateShares } from './shares';
 
@@ -15,6 +16,9 @@ export class AdmissionGate extends DurableObject<Env> {
 
   /** This isolate's share of `ratePerSecond`, given the purchases per second it sees. */
   async share(isolate: string, demandPerSecond: number, ratePerSecond: number): Promise<Required<RateShare>> {
+    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+      resetEdgeObjectIfAsked(this.ctx);
+    }
     return this.shares.share(isolate, demandPerSecond, ratePerSecond, Date.now());
   }
 

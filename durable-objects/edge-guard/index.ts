@@ -10,7 +10,7 @@ import type {
   KnownBan,
   LegacyLimits,
 } from '../../workers/kernel/contract';
-import { GUARD_LIST_RESET_NAME, guardResetName, resetIfAsked } from '../../workers/kernel/dev-faults';
+import { GUARD_LIST_RESET_NAME, guardResetName, resetEdgeObjectIfAsked, resetIfAsked } from '../../workers/kernel/dev-faults';
 import { GuardBook, type NewBan } from '../../workers/kernel/guard-book';
 import { GuardLedger } from './ledger';
 import { ReportPace } from './pace';
@@ -64,6 +64,9 @@ export class EdgeGuard extends DurableObject<Env> {
    * the shard hears more reports than it wants, how many times less often to report (pace.ts).
    */
   async account(report: GuardReport): Promise<GuardReply> {
+    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+      resetEdgeObjectIfAsked(this.ctx);
+    }
     const now = Date.now();
     const { reply, newBans } = this.ledger.account(report, this.bans, now);
     await this.keepBans(newBans, now);

@@ -1,6 +1,6 @@
 import { DurableObject } from 'cloudflare:workers';
 import type { StoredLimits } from '../../workers/kernel/contract';
-import { LIMITS_RESET_NAME, resetIfAsked } from '../../workers/kernel/dev-faults';
+import { LIMITS_RESET_NAME, resetEdgeObjectIfAsked, resetIfAsked } from '../../workers/kernel/dev-faults';
 import { DEFAULT_LIMITS, LimitsPatch } from '../../workers/kernel/limits';
 import { log } from '../../workers/kernel/log';
 import { allLimitsReplicas, legacyLimitsHolder, limitsStore } from '../routing';
@@ -30,7 +30,7 @@ export class LimitsStore extends DurableObject<Env> {
 
   /** The runtime limits: the stored record over the defaults. */
   async getLimits(): Promise<StoredLimits> {
-    this.devReset();
+    this.devReset(true);
     if (!this.limits) {
       const record = this.store.read() ?? (await this.carryOver());
       this.limits = record
@@ -42,7 +42,7 @@ export class LimitsStore extends DurableObject<Env> {
 
   /** Applies a change to the runtime limits and stores the whole record. */
   async setLimits(patch: LimitsPatch): Promise<StoredLimits> {
-    this.devReset();
+    this.devReset(true);
     const change = LimitsPatch.parse(patch);
     const current = await this.getLimits();
     const next = applyPatch(current.limits, change);
@@ -59,15 +59,22 @@ export class LimitsStore extends DurableObject<Env> {
     return stored;
   }
 
-  /** Dev builds: this instance goes when a reset of the store was asked for (dev-faults.ts), before it reads or writes. */
-  private devReset(): void {
+  /**
+   * Dev builds: this instance goes, before it reads or writes, when a reset of it was asked for
+   * (dev-faults.ts): by its own name, or as the store (not a copy) by LIMITS_RESET_NAME.
+   */
+  private devReset(asStore: boolean): void {
     if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
-      resetIfAsked(this.ctx, LIMITS_RESET_NAME);
+      if (asStore) {
+        resetIfAsked(this.ctx, LIMITS_RESET_NAME);
+      }
+      resetEdgeObjectIfAsked(this.ctx);
     }
   }
 
   /** As a copy: the limits, re-read from the store when the copy is over a second old. */
   async replicaLimits(): Promise<StoredLimits> {
+    this.devReset(false);
     const now = Date.now();
     if (this.copy && now - this.copy.at < REPLICA_TTL_MS) {
       return this.copy.limits;

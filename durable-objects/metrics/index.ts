@@ -1,4 +1,5 @@
 import { DurableObject } from 'cloudflare:workers';
+import { resetEdgeObjectIfAsked } from '../../workers/kernel/dev-faults';
 import { log } from '../../workers/kernel/log';
 import { DeltaSum, type MetricsDelta, mergeDeltas } from '../../workers/metrics/registry';
 import { MetricsStorage } from './storage';
@@ -36,6 +37,9 @@ export class Metrics extends DurableObject<Env> {
 
   /** Adds one isolate's delta to the totals: at once to what totals() answers, to storage within PERSIST_INTERVAL_MS. */
   async add(delta: MetricsDelta): Promise<void> {
+    if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
+      resetEdgeObjectIfAsked(this.ctx);
+    }
     // The alarm first: a call that fails adds nothing, and the isolate sends its delta again.
     if (this.pending.empty) {
       await this.ctx.storage.setAlarm(Date.now() + PERSIST_INTERVAL_MS);

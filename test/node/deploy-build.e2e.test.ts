@@ -33,6 +33,9 @@ const DEV_ONLY_MARKERS = [
   'queueSendFails',
   'consumerPaused',
   'WaitingRoom hub',
+  // The reset of the edge's objects (guard shards, limits, admission gate, metrics shards).
+  'edgeWaitMs',
+  'byTraffic',
 ];
 
 type Build = { bundle: string; output: string };

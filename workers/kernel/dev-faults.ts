@@ -41,16 +41,23 @@ export type DevFault = keyof DevFaultsBody;
 
 /**
  * POST /admin/dev/faults/reset: the goods whose objects throw their in-memory state away: its
- * stock shards (`stock`, the default), its waiting room's shards and coordinator (`room`), or both.
+ * stock shards (`stock`, the default), its waiting room's shards and coordinator (`room`), the
+ * edge's objects its sale leans on (`edge`: every guard shard, the limits store and its copies,
+ * the goods' admission gate, every metrics shard), or several of them.
  */
 export const DevResetBody = z
   .object({
     goodsId: z.number().int().positive().max(Number.MAX_SAFE_INTEGER),
     objects: z
-      .array(z.enum(['stock', 'room']))
+      .array(z.enum(['stock', 'room', 'edge']))
       .min(1)
-      .max(2)
+      .max(3)
       .optional(),
+    /**
+     * How long the edge's objects wait for the sale's own calls to meet their reset (a report, a
+     * limits read, a renewal, a flush) before the route makes the call itself (default 0).
+     */
+    edgeWaitMs: z.number().int().min(0).max(10_000).optional(),
   })
   .strict();
 
@@ -116,12 +123,36 @@ export const GUARD_LIST_RESET_NAME = 'guards:list-bans';
 export const LIMITS_RESET_NAME = 'limits:store';
 
 /**
+ * The name a reset of one of the edge's objects asks for, by the object's own name (a guard
+ * shard, the limits store or a copy, an admission gate, a metrics shard): at its next report,
+ * limits read, share renewal or metrics flush (resetEdgeObjectIfAsked).
+ */
+export function edgeResetName(objectName: string): string {
+  return `edge:${objectName}`;
+}
+
+/** In one of the edge's objects: throws its instance away when a reset was asked for under its own name (edgeResetName). */
+export function resetEdgeObjectIfAsked(ctx: DurableObjectState): void {
+  // On the sale's hot calls: no name is made while no reset waits.
+  if (resets.size === 0) {
+    return;
+  }
+  const name = ctx.id.name;
+  resetIfAsked(ctx, name === undefined ? undefined : edgeResetName(name));
+}
+
+/**
  * The object named resets the next time resetIfAsked runs in it. The returned function withdraws
  * the request and says whether the object took it (reset) in the meantime.
  */
 export function askObjectReset(name: string): () => boolean {
   resets.add(name);
   return () => !resets.delete(name);
+}
+
+/** Whether a reset asked for under `name` still waits for its object. */
+export function resetPending(name: string): boolean {
+  return resets.has(name);
 }
 
 /** In an object: throws its instance away (workerd starts a new one) when a reset was asked for under its name. */
