@@ -2,8 +2,9 @@
 // `npm run chaos`: the Worker on a PostgreSQL and a redis-server of its own, a sale of a few
 // thousand shoppers, and one fault per phase (each phase its own goods): Postgres stopped for
 // longer than the queue's retries last, redis-server killed, the goods' object reset, queue
-// sends failing, duplicate deliveries, the consumer failing after its write. Then it waits
-// until everything is quiet and judges every goods by the invariants of DESIGN.md.
+// sends failing, duplicate deliveries, the consumer failing after its write, the waiting room's
+// and the edge's objects reset. Then it waits until everything is quiet and judges every goods
+// by the invariants of DESIGN.md.
 // See CHAOS_USAGE in lib/chaos/plan.ts and docs/chaos.md.
 import { writeFile } from 'node:fs/promises';
 import pg from 'pg';
@@ -106,12 +107,10 @@ async function waitQuiet(stack: ChaosStack, admin: AdminApi, plan: ChaosPlan, sa
   }
 }
 
-/** How many object resets a phase asked for, and how many met an object with state to lose. */
-function resetsOf(log: FaultLog | undefined): { asked: number; done: number } {
-  const resets = (log?.events ?? []).filter(
-    (e) => e.what.startsWith("the goods' object") || e.what.startsWith("the waiting room's objects"),
-  );
-  return { asked: resets.length, done: resets.filter((e) => e.what.endsWith('was reset') || e.what.endsWith('were reset')).length };
+/** How many object resets a phase asked for, how many every object asked took, and how many objects' resets the sale's calls met. */
+function resetsOf(log: FaultLog | undefined): { asked: number; done: number; met: number } {
+  const resets = (log?.events ?? []).filter((e) => e.reset !== undefined);
+  return { asked: resets.length, done: resets.filter((e) => e.reset).length, met: resets.reduce((n, e) => n + (e.met ?? 0), 0) };
 }
 
 /** The Worker's warnings and errors (and the faults' own lines) between two counts of its events. */

@@ -17,7 +17,7 @@ invariant holds, 1 when one breaks, 2 when the run could not be made.
 
   --short          the CI profile: fewer shoppers, a shortened retry schedule, under 3 minutes
                    (default: the full profile, about 20 minutes, production's schedule)
-  --only KEYS      run only these phases, e.g. --only a,c (keys: 0 a b c d e f r)
+  --only KEYS      run only these phases, e.g. --only a,c (keys: 0 a b c d e f g r)
   --shards N       spread each phase's goods over N stock shards, 1-64 (default 1): the faults
                    then meet grants and give-backs between shards as well as reservations
   --json FILE      also write the whole result as JSON to FILE
@@ -32,6 +32,7 @@ export type FaultKind =
   | 'redis-killed'
   | 'object-reset'
   | 'room-reset'
+  | 'edge-reset'
   | 'queue-send-fails'
   | 'duplicate-deliveries'
   | 'consumer-fails';
@@ -130,8 +131,8 @@ export function parseChaosOptions(argv: string[]): ChaosOptions {
     allowPositionals: false,
   });
   const only = values.only?.split(',').map((k) => k.trim());
-  if (only?.some((k) => !/^[0a-fr]$/.test(k))) {
-    throw new Error(`--only takes phase keys among 0 a b c d e f r, got ${values.only}`);
+  if (only?.some((k) => !/^[0a-gr]$/.test(k))) {
+    throw new Error(`--only takes phase keys among 0 a b c d e f g r, got ${values.only}`);
   }
   const shards = intOption(values.shards, 'shards', 1, 64) ?? 1;
   return {
@@ -164,6 +165,7 @@ function phases(crowd: Crowd, faults: Record<FaultKind, Partial<PhasePlan>>): Ph
     ['d', 'queue-send-fails', 'queue sends failing'],
     ['e', 'duplicate-deliveries', 'every order message delivered twice'],
     ['f', 'consumer-fails', 'consumer failing after its write'],
+    ['g', 'edge-reset', "the edge's objects reset"],
     ['r', 'room-reset', "the waiting room's objects reset"],
   ];
   return titles.map(([key, fault, title]) => ({ key, fault, title, ...crowd, faultAtS: 0, faultForS: 0, resetsAtS: [], ...faults[fault] }));
@@ -192,6 +194,8 @@ function fullPlan(production: QueueSchedule): Omit<ChaosPlan, 'shards'> {
       'object-reset': { resetsAtS: [5, 10, 15, 20, 25, 30, 35] },
       // Its shards and coordinator, while the crowd waits in the line, is let in and buys.
       'room-reset': { resetsAtS: [5, 10, 15, 20, 25, 30, 35], queue: { admitPerSecond: 2, shards: 4 } },
+      // Every guard shard, the limits store and copies, the goods' gate and every metrics shard.
+      'edge-reset': { resetsAtS: [5, 10, 15, 20, 25, 30, 35] },
       'queue-send-fails': { faultAtS: 10, faultForS: sendsFailS, lengthS: 10 + sendsFailS + 30 },
       'duplicate-deliveries': { faultAtS: 5, faultForS: 45 },
       'consumer-fails': { faultAtS: 10, faultForS: 30 },
@@ -230,6 +234,9 @@ function shortPlan(): Omit<ChaosPlan, 'shards'> {
     // The line holds the crowd (about 3 joins a second, then the latecomers' burst, for 4 a
     // second let in) while its shards and coordinator are reset.
     'room-reset': { resetsAtS: [2, 4, 6, 8], queue: { admitPerSecond: 4, shards: 3 } },
+    // From the first second to the last of the selling window: reports, limits reads, the
+    // gate's renewals and metrics flushes meet new instances while the units sell.
+    'edge-reset': { resetsAtS: [0.5, 2.5, 4.5, 6.5] },
     // Past the outbox's 4 s cap: its sends are retried at the cap before they go through.
     'queue-send-fails': { faultAtS: 2, faultForS: pastCapSeconds(cap), lengthS: 2 + pastCapSeconds(cap) + 4 },
     'duplicate-deliveries': { faultAtS: 1, faultForS: 7 },

@@ -43,8 +43,18 @@ const EVIDENCE: Record<string, string> = {
 export function faultEvidence(
   fault: string,
   workerEvents: Record<string, number>,
-  resets: { asked: number; done: number },
+  resets: { asked: number; done: number; met?: number },
 ): { ok: boolean; detail: string } | undefined {
+  if (fault === 'edge-reset') {
+    // Each reset asks every guard shard, limits object and metrics shard and the goods' gate; the
+    // sale's own calls (a report, a read, a renewal, a flush) must have met some of them, or the
+    // phase tested new instances only, never a call failing under the sale.
+    const met = resets.met ?? 0;
+    return {
+      ok: resets.done > 0 && met > 0,
+      detail: `${resets.done} of ${resets.asked} resets taken by every object they asked; the sale's own calls met ${met} objects' resets first`,
+    };
+  }
   if (fault === 'object-reset' || fault === 'room-reset') {
     return { ok: resets.done > 0, detail: `${resets.done} of ${resets.asked} resets met an object with state to lose` };
   }
