@@ -8,8 +8,16 @@ import { env } from 'cloudflare:workers';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { AdmissionGate } from '../../durable-objects/admission-gate/index';
 import type { LimitsStore } from '../../durable-objects/limits-store/index';
-import { admissionGate, GUARD_SHARDS, guardShard, LIMITS_REPLICAS, limitsReplica, METRICS_SHARDS } from '../../durable-objects/routing';
-import { edgeResetName, resetPending } from '../../workers/kernel/dev-faults';
+import {
+  admissionGate,
+  GUARD_SHARDS,
+  guardShard,
+  LIMITS_REPLICAS,
+  limitsReplica,
+  limitsStore,
+  METRICS_SHARDS,
+} from '../../durable-objects/routing';
+import { askObjectReset, edgeResetName, guardResetName, resetPending } from '../../workers/kernel/dev-faults';
 import { DEFAULT_LIMITS } from '../../workers/kernel/limits';
 import { ADMIN, bearer, buy, call, createGoods, devToken, eventually, json, setLimits } from './helpers';
 
@@ -112,7 +120,7 @@ describe("the edge's objects reset", () => {
       headers: ADMIN,
       json: { goodsId, objects: ['edge'], edgeWaitMs: 2_000 },
     });
-    await eventually(async () => resetPending(edgeResetName('limits')), 5_000, 10);
+    await eventually(async () => resetPending(edgeResetName(limitsStore(env).id)), 5_000, 10);
     // An isolate's report and a limits read meet their objects going, as under an eviction.
     const policy = { threshold: 100, windowMs: 10_000, durationMs: 600_000 };
     const report = await guardShard(env, 'user:edge-reset-met')
@@ -134,6 +142,22 @@ describe("the edge's objects reset", () => {
     expect(answer.edge.guardShards?.reset).toBe(GUARD_SHARDS);
     // The next report and read meet the new instances.
     expect((await limitsReplica(env, 4).replicaLimits()).limits.perIpPerSecond).toBe(DEFAULT_LIMITS.perIpPerSecond);
+  });
+
+  it('takes a guard shard whose instance its alarm started, which does not know its name', async () => {
+    const { goodsId } = await createGoods();
+    const key = 'challenge:edge-reset-alarm';
+    const shard = guardShard(env, key);
+    expect(await shard.useOnce(key, Date.now() + 60_000)).toBe(true);
+    await runInDurableObject(shard, (_instance, state) => state.storage.setAlarm(Date.now() + 100));
+    // The instance goes; its prune alarm, due at once, starts the next one by itself.
+    const gone = askObjectReset(guardResetName(key));
+    expect(await shard.useOnce(key, Date.now() + 60_000).catch((e: unknown) => e)).toMatchObject({ durableObjectReset: true });
+    expect(gone()).toBe(true);
+    await scheduler.wait(1_000);
+    expect(await runInDurableObject(guardShard(env, key), (_instance, state) => state.id.name)).toBeUndefined();
+    const answer = await json<{ edge: { guardShards: { asked: number; reset: number } } }>(await resetEdge(goodsId));
+    expect(answer.edge.guardShards).toMatchObject({ asked: GUARD_SHARDS, reset: GUARD_SHARDS });
   });
 
   it('refuses a reset of more kinds than there are', async () => {

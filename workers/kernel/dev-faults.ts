@@ -123,22 +123,22 @@ export const GUARD_LIST_RESET_NAME = 'guards:list-bans';
 export const LIMITS_RESET_NAME = 'limits:store';
 
 /**
- * The name a reset of one of the edge's objects asks for, by the object's own name (a guard
- * shard, the limits store or a copy, an admission gate, a metrics shard): at its next report,
- * limits read, share renewal or metrics flush (resetEdgeObjectIfAsked).
+ * The name a reset of one of the edge's objects asks for, by the object's id (a guard shard,
+ * the limits store or a copy, an admission gate, a metrics shard): at its next report, limits
+ * read, share renewal or metrics flush (resetEdgeObjectIfAsked). The id, not the name the id was
+ * made from: an instance an alarm started does not know its name (`ctx.id.name` stays undefined
+ * for every call it then serves), and guard and metrics shards set alarms.
  */
-export function edgeResetName(objectName: string): string {
-  return `edge:${objectName}`;
+export function edgeResetName(id: DurableObjectId): string {
+  return `edge:${id.toString()}`;
 }
 
-/** In one of the edge's objects: throws its instance away when a reset was asked for under its own name (edgeResetName). */
+/** In one of the edge's objects: throws its instance away when a reset was asked for under its id (edgeResetName). */
 export function resetEdgeObjectIfAsked(ctx: DurableObjectState): void {
   // On the sale's hot calls: no name is made while no reset waits.
-  if (resets.size === 0) {
-    return;
+  if (resets.size > 0) {
+    resetIfAsked(ctx, edgeResetName(ctx.id));
   }
-  const name = ctx.id.name;
-  resetIfAsked(ctx, name === undefined ? undefined : edgeResetName(name));
 }
 
 /**

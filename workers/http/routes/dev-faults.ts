@@ -16,6 +16,7 @@ import { roomGoodsOf } from '../../edge/waiting-room';
 import type { GoodsPlacement } from '../../kernel/contract';
 import {
   askObjectReset,
+  DEV_FAULT,
   DevFaultsBody,
   DevResetBody,
   devFaults,
@@ -101,9 +102,19 @@ export const devFaultRoutes = new Hono<AppEnv>()
 /** Asks `name` to reset and makes the call that meets it (`look`); whether the object took it, by that call or another. */
 async function resetOne(name: string, look: () => Promise<unknown>): Promise<boolean> {
   const taken = askObjectReset(name);
-  // The call fails with the reset's reason when it is the one that meets it.
-  await look().catch(() => undefined);
+  await meet(name, look);
   return taken();
+}
+
+/** Makes the call that meets a reset; it fails with the reset's reason when it is the one that does. */
+async function meet(name: string, look: () => Promise<unknown>): Promise<void> {
+  try {
+    await look();
+  } catch (error) {
+    if (!(error instanceof Error && error.message.startsWith(DEV_FAULT))) {
+      log.warn('dev_fault.reset_call_failed', { name, error });
+    }
+  }
 }
 
 /** The caller a reset's own calls name where an object asks who calls (a report's isolate, a share's). */
@@ -116,14 +127,14 @@ type EdgeKind = 'guardShards' | 'limits' | 'admissionGate' | 'metricsShards';
 type EdgeCount = { asked: number; reset: number; byTraffic: number };
 
 /**
- * Resets the edge's objects a sale leans on, each by its own name at the call the sale's traffic
+ * Resets the edge's objects a sale leans on, each by its own id at the call the sale's traffic
  * makes to it: every guard shard (an isolate's report), the limits store and every copy (a
  * read), the goods' admission gate (a share's renewal) and every metrics shard (a flush). The
  * sale's own calls have `waitMs` to meet the resets (those calls then fail as a real eviction
  * fails them); the route makes the call to every object still waiting. Its calls carry nothing
  * (an empty report, no demand and no rate, an empty delta), so one that a shopper's call beat
  * to the reset changes next to nothing (the gate counts a caller without demand until its share
- * lapses). All at once: each object has a name of its own.
+ * lapses). All at once: each object is asked by its own id.
  */
 async function resetEdge(env: Env, goods: GoodsPlacement, waitMs: number): Promise<Record<EdgeKind, EdgeCount>> {
   const policy = banPolicy(await currentLimits(env));
@@ -141,7 +152,7 @@ async function resetEdge(env: Env, goods: GoodsPlacement, waitMs: number): Promi
   };
   const asked = (Object.keys(kinds) as EdgeKind[]).flatMap((kind) =>
     kinds[kind].map(({ stub, look }) => {
-      const name = edgeResetName(stub.id.name ?? '');
+      const name = edgeResetName(stub.id);
       return { kind, name, look, taken: askObjectReset(name) };
     }),
   );
@@ -150,8 +161,7 @@ async function resetEdge(env: Env, goods: GoodsPlacement, waitMs: number): Promi
     await sleep(EDGE_WAIT_POLL_MS);
   }
   const waiting = new Set(asked.filter((a) => resetPending(a.name)).map((a) => a.name));
-  // The call fails with the reset's reason when it is the one that meets it.
-  await Promise.all(asked.filter((a) => waiting.has(a.name)).map((a) => a.look().catch(() => undefined)));
+  await Promise.all(asked.filter((a) => waiting.has(a.name)).map((a) => meet(a.name, a.look)));
   const none = (): EdgeCount => ({ asked: 0, reset: 0, byTraffic: 0 });
   const counts: Record<EdgeKind, EdgeCount> = { guardShards: none(), limits: none(), admissionGate: none(), metricsShards: none() };
   for (const a of asked) {
