@@ -4,7 +4,7 @@ import { limitsStore } from '../../durable-objects/routing';
 import { SHIELD_LIMIT, SHIELD_PERIOD_SECONDS } from '../../workers/edge/client-guard';
 import { currentLimits, LIMITS_TTL_MS } from '../../workers/edge/limits';
 import { DEFAULT_LIMITS } from '../../workers/kernel/limits';
-import { ADMIN, bearer, call, createGoods, devToken, eventually, json, purchase, setLimits, tokenFor } from './helpers';
+import { ADMIN, bearer, call, createGoods, devToken, eventually, json, purchase, restoreLimits, setLimits, tokenFor } from './helpers';
 
 type ErrorBody = { error: { code: string; message: string; requestId: string } };
 
@@ -23,12 +23,7 @@ function freezeClock(): void {
   vi.useFakeTimers({ toFake: ['Date'], now: Date.now() });
 }
 
-afterEach(async () => {
-  vi.useRealTimers();
-  // Limits live in one object for the whole file: put back what a test changed.
-  const { admissionByGoods: _, ...defaults } = DEFAULT_LIMITS;
-  await setLimits(defaults);
-});
+afterEach(restoreLimits);
 
 describe('per-IP limit and bans', () => {
   it('answers one address hammering with 429s, then bans it for 10 minutes, and leaves others alone', async () => {

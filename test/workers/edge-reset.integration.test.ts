@@ -19,7 +19,7 @@ import {
 } from '../../durable-objects/routing';
 import { askObjectReset, edgeResetName, guardResetName, resetPending } from '../../workers/kernel/dev-faults';
 import { DEFAULT_LIMITS } from '../../workers/kernel/limits';
-import { ADMIN, bearer, buy, call, createGoods, devToken, eventually, json, setLimits } from './helpers';
+import { ADMIN, bearer, buy, call, createGoods, devToken, eventually, json, restoreLimits, setLimits } from './helpers';
 
 const resetEdge = (goodsId: number) =>
   call('/admin/dev/faults/reset', { method: 'POST', headers: ADMIN, json: { goodsId, objects: ['edge'] } });
@@ -40,11 +40,7 @@ function challenge(jwt: string, goodsId: number, ip: string): Promise<Response> 
   return call(`/api/seckill/goods/${goodsId}/challenge`, { method: 'POST', headers: { ...bearer(jwt), 'cf-connecting-ip': ip } });
 }
 
-afterEach(async () => {
-  vi.useRealTimers();
-  const { admissionByGoods: _, ...defaults } = DEFAULT_LIMITS;
-  await setLimits(defaults);
-});
+afterEach(restoreLimits);
 
 describe("the edge's objects reset", () => {
   it('takes every guard shard, limits copy and the store, the gate and every metrics shard, and the sale goes on', async () => {

@@ -2,7 +2,7 @@ import { createExecutionContext, createMessageBatch, getQueueResult, runInDurabl
 import { env } from 'cloudflare:workers';
 import { Redis } from '@upstash/redis/cloudflare';
 import { sql as drizzleSql } from 'drizzle-orm';
-import { expect } from 'vitest';
+import { expect, vi } from 'vitest';
 import type { Db } from '../../db/client';
 import { withDb } from '../../db/client';
 import type { GoodsStock } from '../../durable-objects/goods-stock/index';
@@ -10,6 +10,7 @@ import type { LeaseRow } from '../../durable-objects/goods-stock/lease-store';
 import { goodsStock } from '../../durable-objects/routing';
 import worker from '../../workers/index';
 import { hmacHex } from '../../workers/kernel/crypto';
+import { DEFAULT_LIMITS } from '../../workers/kernel/limits';
 import { consumeTimeouts } from '../../workers/queue/timeouts';
 
 export const ADMIN = { authorization: `Bearer ${env.ADMIN_TOKEN}` };
@@ -241,6 +242,16 @@ export async function setLimits(patch: Record<string, unknown>): Promise<Record<
   const res = await call('/admin/limits', { method: 'PUT', headers: ADMIN, json: patch });
   expect(res.status).toBe(200);
   return json(res);
+}
+
+/**
+ * After each test of a file that changes the runtime limits or fakes the clock: real timers, and
+ * the default limits back (they live in one object for the whole file).
+ */
+export async function restoreLimits(): Promise<void> {
+  vi.useRealTimers();
+  const { admissionByGoods: _, ...defaults } = DEFAULT_LIMITS;
+  await setLimits(defaults);
 }
 
 /** A goods' stock object, addressed as the Worker does (a test goods has no location hint). */

@@ -3,18 +3,13 @@ import { env } from 'cloudflare:workers';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { LimitsStore } from '../../durable-objects/limits-store/index';
 import { LIMITS_REPLICAS, limitsReplica, limitsStore } from '../../durable-objects/routing';
-import { DEFAULT_LIMITS } from '../../workers/kernel/limits';
-import { setLimits } from './helpers';
+import { restoreLimits, setLimits } from './helpers';
 
 // The isolates read the runtime limits from LIMITS_REPLICAS copies, not from the store: the
 // store pushes every change to each copy, and a copy that missed a push re-reads the store
 // within a second.
 
-afterEach(async () => {
-  vi.useRealTimers();
-  const { admissionByGoods: _, ...defaults } = DEFAULT_LIMITS;
-  await setLimits(defaults);
-});
+afterEach(restoreLimits);
 
 describe('limits copies', () => {
   it('every copy has a change as soon as the store has it', async () => {

@@ -1,7 +1,6 @@
 import { env } from 'cloudflare:workers';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { DEFAULT_LIMITS } from '../../workers/kernel/limits';
-import { ADMIN, bearer, buyOrder, call, createGoods, devToken, json, paymentCallback, setLimits, settled } from './helpers';
+import { ADMIN, bearer, buyOrder, call, createGoods, devToken, json, paymentCallback, restoreLimits, setLimits, settled } from './helpers';
 
 // The order routes are shopper routes like the sale's: the shield, the exact limits and the
 // bans apply there too (counted on their own, so reading an order never eats the purchase
@@ -19,11 +18,7 @@ function readOrder(jwt: string, orderId: string, ip?: string): Promise<Response>
   return call(`/api/orders/${orderId}`, { headers: { ...bearer(jwt), ...(ip ? { 'cf-connecting-ip': ip } : {}) } });
 }
 
-afterEach(async () => {
-  vi.useRealTimers();
-  const { admissionByGoods: _, ...defaults } = DEFAULT_LIMITS;
-  await setLimits(defaults);
-});
+afterEach(restoreLimits);
 
 describe('order routes behind the shield, limits and bans', () => {
   it('reads orders without opening a Postgres session; a refused cancel or payment opens none either', async () => {
