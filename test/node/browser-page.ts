@@ -78,13 +78,40 @@ export class Pages {
   /** Requests the pages have in flight, so a test ends once its pages are quiet. */
   private readonly inFlight = new Set<Request>();
   private readonly contexts: BrowserContext[] = [];
+  private readonly opened: Page[] = [];
 
   constructor(private readonly browser: () => Browser) {}
+
+  /**
+   * What each page of the test showed when it failed: its address, whether its sign-in form and
+   * page error were shown, who it was signed in as, what its storage held and its requests still
+   * in flight. A step that waits for an element names the element, not why the page never showed it.
+   */
+  async describe(): Promise<string> {
+    const lines = await Promise.all(
+      this.opened.map((page, i) =>
+        page
+          .evaluate(() => ({
+            url: location.href,
+            login: document.getElementById('login')?.hidden,
+            who: document.getElementById('who')?.textContent,
+            pageError: document.getElementById('page-error')?.textContent,
+            storage: [...Object.keys(localStorage), ...Object.keys(sessionStorage)],
+            ready: document.readyState,
+          }))
+          .then((state) => `page ${i + 1}: ${JSON.stringify(state)}`)
+          .catch((error: unknown) => `page ${i + 1}: unreadable (${error instanceof Error ? error.message : String(error)})`),
+      ),
+    );
+    const pending = [...this.inFlight].map((r) => `${r.method()} ${r.url()}`);
+    return [...lines, `in flight: ${pending.join(', ') || 'none'}`, ...this.problems].join('\n');
+  }
 
   async open(options?: BrowserContextOptions): Promise<Page> {
     const context = await newShopper(this.browser(), options);
     this.contexts.push(context);
     const page = await context.newPage();
+    this.opened.push(page);
     page.on('request', (request) => this.inFlight.add(request));
     page.on('requestfinished', (request) => this.inFlight.delete(request));
     page.on('requestfailed', (request) => this.inFlight.delete(request));
@@ -117,6 +144,7 @@ export class Pages {
       );
     }
     await Promise.all(this.contexts.splice(0).map((c) => c.close()));
+    this.opened.length = 0;
     this.inFlight.clear();
     expect(this.problems).toEqual([]);
   }
@@ -150,6 +178,12 @@ export function browserSuite(use: (stack: Stack, browser: Browser) => void): Pag
       console.log(`--- dev stack output (last lines) ---\n${stack?.logs().slice(-4000)}`);
     });
   });
-  afterEach(() => pages.closeAll());
+  afterEach(async ({ task }) => {
+    // Before the pages close: what they showed when the test failed.
+    if (task.result?.state === 'fail') {
+      console.log(`--- the pages ---\n${await pages.describe()}`);
+    }
+    await pages.closeAll();
+  });
   return pages;
 }
