@@ -2,7 +2,7 @@
 // it. Storage, the outbox, the leases and the mirror each say what they wait for; the object
 // keeps one alarm at the earliest (index.ts ensureAlarm).
 
-/** How often the object prunes spent tokens and old rejections while it has any. */
+/** How often the object prunes spent tokens and old rejections while some are left. */
 export const PRUNE_INTERVAL_MS = 5 * 60_000;
 /** A due retry no sooner than this after the alarm that found it. */
 const RETRY_GAP_MS = 100;

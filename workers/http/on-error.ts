@@ -19,7 +19,7 @@ const STATUS_CODE: Record<number, ErrorCode> = {
 };
 
 /** A dependency that failed under the request, when the error says which: Postgres, or an object workerd marked. */
-function failedDependency(err: Error): 'postgres' | 'object' | undefined {
+export function failedDependency(err: unknown): 'postgres' | 'object' | undefined {
   if (postgresUnavailable(err)) {
     return 'postgres';
   }

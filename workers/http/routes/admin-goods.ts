@@ -3,10 +3,8 @@ import { z } from 'zod';
 import { changeAllowlist } from '../../../db/allowlist';
 import { dbOptions, httpDb, withDbFor } from '../../../db/client';
 import { findGoods, type GoodsRow, insertGoods, setGoodsPaused, setGoodsShards, toGoodsInit, updateGoodsSettings } from '../../../db/goods';
-import { postgresUnavailable } from '../../../db/outage';
 import { getGoods, invalidateGoods } from '../../edge/goods-cache';
 import { goodsView } from '../../edge/goods-view';
-import { markedUnavailable } from '../../edge/object-unavailable';
 import { goodsStats } from '../../edge/stats';
 import { allowlistShards, goodsSnapshot, initShards, pauseShards } from '../../edge/stock-shards';
 import { commitSeed, nextQueueSettings, pushRoomSettings, queueOf } from '../../edge/waiting-room';
@@ -19,6 +17,7 @@ import type { AppEnv } from '../context';
 import { adminAuth } from '../middleware/admin-auth';
 import { limitAllowlistBody } from '../middleware/body-limit';
 import { valid } from '../middleware/validate';
+import { failedDependency } from '../on-error';
 import { adminOps } from './admin-ops';
 
 const GoodsParam = z.object({ goodsId: GoodsId });
@@ -129,7 +128,7 @@ async function prewarmNew(
     await commitSeed(env, row);
     return { snapshot, prewarmed: true };
   } catch (error) {
-    if (!markedUnavailable(error) && !postgresUnavailable(error)) {
+    if (!failedDependency(error)) {
       throw error;
     }
     log.warn('admin.goods_prewarm_failed', { requestId, goodsId: row.id, error });
