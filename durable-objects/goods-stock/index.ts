@@ -23,6 +23,7 @@ import { commitReservations, refusalsInGoodsUnits, restoreUnsettled } from './le
 import { mirrorExpectation, mirrorFullState, mirrorGoods, noteAccepted } from './mirror-view';
 import { coalesceMs, Outbox } from './outbox';
 import { ReserveStore } from './reserve-store';
+import { type ResultWait, ResultWaiters } from './result-waiters';
 import { quantityOf } from './rules';
 import { goodsFromPostgres, resultView, saleIsOn, stockSnapshot } from './sale';
 import { OUTBOX_KEEPS_UNSETTLED } from './schema';
@@ -59,11 +60,14 @@ export class GoodsStock extends DurableObject<Env> {
   private lastPruneAt = 0;
   /** Stock shards: this object's lease of the goods' stock, or (shard 0) the goods' pool. */
   private readonly leases: Leases;
+  /** Result reads held until their answer is final (result-waiters.ts). */
+  private readonly waiters: ResultWaiters;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.store = new StockStorage(ctx.storage.sql);
     this.reservations = new ReserveStore(ctx.storage.sql);
+    this.waiters = new ResultWaiters((requestId) => resultView(this.store, requestId));
     const goodsId = () => this.sale?.goodsId;
     const retryAt = (at: number) => this.ensureAlarm(at);
     // The queue binding is read at send time from this.env.
@@ -248,6 +252,7 @@ export class GoodsStock extends DurableObject<Env> {
     }
     if (confirmed > 0 || released > 0 || refused > 0) {
       this.syncMirror();
+      this.waiters.wake(settlements.map((s) => s.requestId));
     }
     if (released > 0) {
       this.ctx.waitUntil(this.leases.noteReleased());
@@ -282,16 +287,20 @@ export class GoodsStock extends DurableObject<Env> {
     );
     if (released) {
       this.syncMirror();
+      this.waiters.wake([requestId]);
       // Before the answer: the shopper who cancelled may tell a friend on another shard at once.
       await this.leases.noteReleased();
     }
     return { released, remaining: this.sale?.remaining ?? 0 };
   }
 
-  /** The answer for one request, for the result route (which checks the owner). */
-  async result(requestId: string): Promise<ResultView | undefined> {
+  /**
+   * The answer for one request, for the result route (which checks the owner). With `wait`, a
+   * QUEUED answer of the asker's own request may be held until it is final (result-waiters.ts).
+   */
+  async result(requestId: string, wait?: ResultWait): Promise<ResultView | undefined> {
     this.devReset();
-    return resultView(this.store, requestId);
+    return this.waiters.answer(requestId, wait);
   }
 
   /** Adds and removes shoppers of the sale's allowlist (one chunk of a larger change); how many it holds. */
@@ -328,7 +337,11 @@ export class GoodsStock extends DurableObject<Env> {
     if (!this.sale) {
       throw new Error('snapshot of an uninitialised sale');
     }
-    const instance = { mirrorStaleSince: this.mirror.staleSinceMs, reserveRequests: this.reserveRequests };
+    const instance = {
+      mirrorStaleSince: this.mirror.staleSinceMs,
+      reserveRequests: this.reserveRequests,
+      heldResultReads: this.waiters.size,
+    };
     return this.leases.decorate(stockSnapshot(this.store, this.sale, instance), this.sale);
   }
 

@@ -17,7 +17,7 @@ export async function goodsFromPostgres(env: Env, goodsId: number): Promise<Good
 export function stockSnapshot(
   store: StockStorage,
   sale: Sale,
-  instance: { mirrorStaleSince: number | null; reserveRequests: number },
+  instance: { mirrorStaleSince: number | null; reserveRequests: number; heldResultReads: number },
 ): StockSnapshot {
   const tally = store.tally();
   const ages = store.outboxAges();
@@ -39,6 +39,7 @@ export function stockSnapshot(
     oldestOutboxAt: ages.oldestUnsent,
     mirrorStaleSince: instance.mirrorStaleSince,
     reserveRequests: instance.reserveRequests,
+    heldResultReads: instance.heldResultReads,
   };
 }
 

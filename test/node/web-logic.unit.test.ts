@@ -16,7 +16,7 @@ import { formatCountdown, formatDelay, formatMinutes, formatMoney, remainingPerc
 import { interpolate, pickLang } from '../../web/src/shared/i18n';
 import { saleState } from '../../web/src/shared/sale';
 import { shopperMessages } from '../../web/src/shopper/messages';
-import { ClickGuard, LocalLimiter, resultPollDelay } from '../../web/src/shopper/pacing';
+import { ClickGuard, LocalLimiter, RESULT_WAIT_SECONDS, resultPollDelay, resultPollPause } from '../../web/src/shopper/pacing';
 import { leadingZeroBits, solvePow } from '../../web/src/shopper/pow';
 import { currentSession, loginUrl, planHandoff, readSession, saveSession, takeHandoff } from '../../web/src/shopper/session';
 import { verifyPow } from '../../workers/kernel/pow';
@@ -73,6 +73,15 @@ describe('pacing', () => {
     const delays = Array.from({ length: 16 }, (_, i) => resultPollDelay(i));
     expect(delays.slice(0, 10)).toEqual(Array(10).fill(1000));
     expect(delays.slice(10)).toEqual([2000, 4000, 8000, 15000, 15000, 15000]);
+  });
+
+  it('follows a held result poll at once and spaces quick answers by the poll delay', () => {
+    // Held by the server for its whole wait: the next poll goes at once.
+    expect(resultPollPause(0, RESULT_WAIT_SECONDS * 1000)).toBe(0);
+    // Answered at once (the mirror's QUEUED): the rest of the second.
+    expect(resultPollPause(0, 150)).toBe(850);
+    // Backed off: a 15 s spacing after a 10 s hold leaves 5 s.
+    expect(resultPollPause(20, 10_000)).toBe(5_000);
   });
 
   it('spaces purchase requests 5 s apart and honours a longer Retry-After', () => {

@@ -11,13 +11,23 @@ import { openChallenge } from '../../workers/edge/signed';
 import worker from '../../workers/index';
 import type { OrderMessage } from '../../workers/kernel/contract';
 import { askObjectReset, guardResetName, resetName } from '../../workers/kernel/dev-faults';
-import { ADMIN, bearer, buy, call, createGoods, devToken, eventually, json, settled, sql, stockObject, stockSnapshot } from './helpers';
+import {
+  ADMIN,
+  bearer,
+  buy,
+  call,
+  createGoods,
+  devToken,
+  eventually,
+  json,
+  setFaults,
+  settled,
+  sql,
+  stockObject,
+  stockSnapshot,
+} from './helpers';
 
 const FAULTS = '/admin/dev/faults';
-
-function setFaults(body: Record<string, number>) {
-  return call(FAULTS, { method: 'PUT', headers: ADMIN, json: body });
-}
 
 afterEach(async () => {
   const res = await setFaults({ queueSendFails: 0, duplicateDeliveries: 0, consumerFailsAfterWrite: 0, consumerPaused: 0 });

@@ -244,6 +244,11 @@ export async function setLimits(patch: Record<string, unknown>): Promise<Record<
   return json(res);
 }
 
+/** PUT /admin/dev/faults (workers/kernel/dev-faults.ts): switches the chaos run's faults on for the seconds given, 0 off. */
+export function setFaults(body: Record<string, number>): Promise<Response> {
+  return call('/admin/dev/faults', { method: 'PUT', headers: ADMIN, json: body });
+}
+
 /**
  * After each test of a file that changes the runtime limits or fakes the clock: real timers, and
  * the default limits back (they live in one object for the whole file).

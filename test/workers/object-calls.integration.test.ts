@@ -18,6 +18,7 @@ import {
   eventually,
   json,
   mirrorRedis,
+  setFaults,
   settled,
   stockSnapshot,
 } from './helpers';
@@ -30,8 +31,8 @@ async function setCalls(body: Record<string, unknown>): Promise<ObjectCallsView>
   return json<ObjectCallsView>(res);
 }
 
-async function setFaults(body: Record<string, number>): Promise<void> {
-  expect((await call('/admin/dev/faults', { method: 'PUT', headers: ADMIN, json: body })).status).toBe(200);
+async function faultsOn(body: Record<string, number>): Promise<void> {
+  expect((await setFaults(body)).status).toBe(200);
 }
 
 async function readCalls(): Promise<ObjectCallsView> {
@@ -130,7 +131,7 @@ describe('object-call accounting', () => {
     const { goodsId } = await createGoods({ stock: 5 });
     const jwt = await devToken('calls-result-1');
     // The object's sends to the order queue fail, so the answer stays QUEUED while the test looks.
-    await setFaults({ queueSendFails: 60 });
+    await faultsOn({ queueSendFails: 60 });
     try {
       const { status, body } = await buy('calls-result-1', goodsId, { jwt });
       expect(status).toBe(202);
@@ -147,7 +148,7 @@ describe('object-call accounting', () => {
       // With the mirror on, the mirror answers QUEUED (the object wrote it there); off, the object does, each time.
       expect((await readCalls()).counts.GoodsStock?.result).toEqual(redis ? undefined : { calls: 3, items: 3 });
     } finally {
-      await setFaults({ queueSendFails: 0 });
+      await faultsOn({ queueSendFails: 0 });
     }
     await settled(goodsId);
     const path = `/api/seckill/result/${(await buyOrder('calls-result-2', goodsId)).requestId}`;

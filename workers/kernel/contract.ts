@@ -225,6 +225,8 @@ export type StockSnapshot = {
   mirrorStaleSince: number | null;
   /** Reservations this object instance has been asked for (edge admission shows up here). */
   reserveRequests: number;
+  /** Result reads this instance holds for their final answer now (`?wait=`); absent from a shard of an earlier build. */
+  heldResultReads?: number;
   /** This object's shard and the goods' shard count (0 and 1 for a one-shard goods). */
   shard?: number;
   shards?: number;
@@ -238,6 +240,12 @@ export type StockSnapshot = {
   /** While one of its batches waits for stock: the units it holds that no such batch wants. */
   free?: number;
 };
+
+/**
+ * The longest a result read is held for its final answer (`GET /api/seckill/result/:requestId?wait=N`,
+ * the stock object's `result(requestId, waitMs)`), in seconds.
+ */
+export const MAX_RESULT_WAIT_SECONDS = 20;
 
 export type ResultView = {
   requestId: string;

@@ -1,7 +1,18 @@
 // HTTP bodies: the requests' paths, queries and bodies the routes validate. What crosses
 // the other boundaries (queues, RPC) is in contract.ts.
 import { z } from 'zod';
-import { Eligibility, GoodsId, IdempotencyKey, LimitScope, LocationHint, OrderId, PerUserLimit, RequestId, UserId } from './contract';
+import {
+  Eligibility,
+  GoodsId,
+  IdempotencyKey,
+  LimitScope,
+  LocationHint,
+  MAX_RESULT_WAIT_SECONDS,
+  OrderId,
+  PerUserLimit,
+  RequestId,
+  UserId,
+} from './contract';
 import { QueueSettings } from './waiting-room';
 
 /** Sale dates are bounded to years 2000-9999: inside what Postgres and JavaScript dates hold, and any real sale. */
@@ -69,6 +80,8 @@ export const GoodsParam = z.object({ goodsId: GoodsId });
 
 /** A `/result/:requestId` path. */
 export const RequestParam = z.object({ requestId: RequestId });
+/** `?wait=N`: hold a QUEUED answer up to N seconds for the final one (0, the default, answers at once). */
+export const ResultQuery = z.object({ wait: z.coerce.number().int().min(0).max(MAX_RESULT_WAIT_SECONDS).default(0) });
 /**
  * A hidden path (workers/edge/signed.ts): the goods id, a dot and 32 characters of HMAC, or the
  * HMAC alone as paths were issued before they named their goods.

@@ -89,6 +89,7 @@ export function sumSnapshots(shards: (Snapshot | undefined)[]): Snapshot | undef
     refused: sum((s) => s.refused),
     outboxPending: sum((s) => s.outboxPending),
     reserveRequests: sum((s) => s.reserveRequests),
+    heldResultReads: sum((s) => s.heldResultReads ?? 0),
     poolCalls: sum((s) => s.poolCalls ?? 0),
     oldestQueuedAt: minOf(all.map((s) => s.oldestQueuedAt)),
     oldestOutboxAt: minOf(all.map((s) => s.oldestOutboxAt)),

@@ -4,6 +4,7 @@
 // profile of the isolate that runs the Worker and its objects.
 import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { RESULT_WAIT_SECONDS, resultPollPause } from '../../../web/src/shopper/pacing.ts';
 import type { CallCount, ObjectCallCounts, ObjectCallsBody, ObjectCallsView } from '../../../workers/kernel/object-calls.ts';
 import type { HttpClient } from '../load/http-client.ts';
 import { percentiles, round } from '../load/metrics.ts';
@@ -60,8 +61,6 @@ export async function countCalls<T>(api: ObjectCallsApi, run: () => Promise<T>):
   return { result, counts: await api.read() };
 }
 
-/** The shopper page's result polling: every second after the 202, until the answer is final. */
-export const RESULT_POLL_MS = 1_000;
 /** A journey stops polling after this many (the page slows down after ten and gives up after minutes). */
 const MAX_RESULT_POLLS = 30;
 
@@ -80,7 +79,9 @@ export type JourneyWalk = {
 
 /**
  * Shoppers through the HTTP flow one by one per worker (challenge, its answer, token, purchase,
- * then the result every RESULT_POLL_MS until it is final), as the shopper page does; returns how
+ * then the result until it is final, polled as the shopper page polls it: at once after the
+ * 202 with `?wait=`, each poll held by the stock object until the order is written), as the
+ * shopper page does; returns how
  * many the purchase accepted and how many polls their answers took.
  */
 export async function journeys({
@@ -129,10 +130,17 @@ export async function journeys({
       }
       accepted++;
       const acceptedAt = Date.now();
+      let sentAt = acceptedAt;
       for (let poll = 0; poll < MAX_RESULT_POLLS; poll++) {
-        await sleep(RESULT_POLL_MS);
+        if (poll > 0) {
+          await sleep(resultPollPause(poll - 1, Date.now() - sentAt));
+        }
         resultPolls++;
-        const answer = await http.get(`/api/seckill/result/${encodeURIComponent(requestId)}`, { headers });
+        sentAt = Date.now();
+        const answer = await http.get(`/api/seckill/result/${encodeURIComponent(requestId)}?wait=${RESULT_WAIT_SECONDS}`, {
+          headers,
+          timeoutMs: (RESULT_WAIT_SECONDS + 15) * 1000,
+        });
         const status = (answer.json as { status?: string } | undefined)?.status;
         if (answer.status === 200 && (status === 'SUCCESS' || status === 'FAIL')) {
           finalMs.push(Date.now() - acceptedAt);

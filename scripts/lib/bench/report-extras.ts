@@ -1,11 +1,12 @@
 // The bench table's later sections: the capacity model and its inputs, the delayed, sharded,
 // waiting-room and classic-stack phases.
 
+import { RESULT_WAIT_SECONDS } from '../../../web/src/shopper/pacing.ts';
 import type { ObjectCallCounts } from '../../../workers/kernel/object-calls.ts';
 import { fmt, table } from '../load/metrics.ts';
 import type { ClassicRun } from './classic/index.ts';
 import { MODEL_SHARDS, objectsPerGoods, TARGET_PURCHASES_PER_SEC } from './model.ts';
-import { purchasesPerStockCall, RESULT_POLL_MS } from './objects.ts';
+import { purchasesPerStockCall } from './objects.ts';
 import type { DelayPhase, ModelPhase, ShardPhase } from './phases.ts';
 import type { QueuePhase } from './room.ts';
 
@@ -75,7 +76,7 @@ export function formatExtras(r: Extras): string[] {
         ];
       }),
     ]),
-    `(shards modelled: ${MODEL_SHARDS.join(', ')}; a journey is challenge + token + purchase + the result every ${fmt(RESULT_POLL_MS / 1000)} s until final, ` +
+    `(shards modelled: ${MODEL_SHARDS.join(', ')}; a journey is challenge + token + purchase + the result until final, each poll held up to ${RESULT_WAIT_SECONDS} s for it, ` +
       `as the shopper page polls: ${fmt(journey.accepted)} of ${fmt(journey.shoppers)} accepted, ${fmt(journey.final)} final after ` +
       `${fmt(journey.pollsPerPurchase, 2)} polls each (p50 ${fmt(journey.finalMs.p50Ms)} ms), ${fmt(journey.cpuUsPerJourney)} µs of the Worker's CPU each)`,
   ];

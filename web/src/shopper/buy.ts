@@ -6,7 +6,7 @@ import { Captcha } from './captcha';
 import { newKey, type ShopperContext, sleep, storageKeys } from './context';
 import type { GoodsView } from './goods-view';
 import type { ShopperKey } from './messages';
-import { ClickGuard, FAST_POLLS, LocalLimiter, POLL_GIVE_UP_MS, resultPollDelay } from './pacing';
+import { ClickGuard, LocalLimiter, POLL_GIVE_UP_MS, RESULT_WAIT_SECONDS, resultPollPause, STILL_QUEUED_AFTER_MS } from './pacing';
 import type { QueueView } from './queue-view';
 import type { RulesView } from './rules-view';
 import type { Session } from './session';
@@ -266,12 +266,20 @@ export class BuyFlow {
       return;
     }
     const started = Date.now();
+    let saidStillQueued = false;
     for (let attempt = 0; ; attempt++) {
-      await sleep(resultPollDelay(attempt));
       if (this.ctx.session()?.userId !== session.userId) {
         return;
       }
-      const res = await callJson(`/api/seckill/result/${encodeURIComponent(requestId)}`, Result, { auth: session.token });
+      // The first poll goes at once: the server holds it until the order is written.
+      const sentAt = Date.now();
+      const res = await callJson(`/api/seckill/result/${encodeURIComponent(requestId)}?wait=${RESULT_WAIT_SECONDS}`, Result, {
+        auth: session.token,
+        timeoutMs: (RESULT_WAIT_SECONDS + 15) * 1000,
+      });
+      if (this.ctx.session()?.userId !== session.userId) {
+        return;
+      }
       if (res.ok && res.data.status === 'SUCCESS' && res.data.orderId) {
         saveLocal(pendingKey, undefined);
         this.say('success');
@@ -290,16 +298,16 @@ export class BuyFlow {
         this.fail(res);
         return;
       }
-      if (!res.ok && res.retryAfterSeconds) {
-        await sleep(res.retryAfterSeconds * 1000);
-      }
-      if (attempt === FAST_POLLS - 1) {
+      if (!saidStillQueued && Date.now() - started >= STILL_QUEUED_AFTER_MS) {
+        saidStillQueued = true;
         this.say('statusStillQueued');
       }
       if (Date.now() - started > POLL_GIVE_UP_MS) {
         this.say('statusGaveUp');
         return;
       }
+      const retryAfterMs = !res.ok && res.retryAfterSeconds ? res.retryAfterSeconds * 1000 : 0;
+      await sleep(Math.max(retryAfterMs, resultPollPause(attempt, Date.now() - sentAt)));
     }
   }
 

@@ -7,6 +7,14 @@ export const CLICK_WINDOW_MS = 300;
 export const LOCAL_LIMIT_MS = 5_000;
 /** Poll the result every second this many times, then back off. */
 export const FAST_POLLS = 10;
+/**
+ * Each result poll asks the server to hold a QUEUED answer this long for the final one
+ * (`?wait=`): without the Redis mirror one object call covers the wait, and the answer comes
+ * the moment the order is written instead of at the next poll.
+ */
+export const RESULT_WAIT_SECONDS = 10;
+/** After this long without a final answer the page says the order is still being processed. */
+export const STILL_QUEUED_AFTER_MS = FAST_POLLS * 1000;
 export const MAX_POLL_DELAY_MS = 15_000;
 /** After this long without an answer the page stops polling and tells the shopper to reload. */
 export const POLL_GIVE_UP_MS = 5 * 60_000;
@@ -50,6 +58,15 @@ export function resultPollDelay(attempt: number): number {
     return 1000;
   }
   return Math.min(MAX_POLL_DELAY_MS, 1000 * 2 ** (attempt - FAST_POLLS + 1));
+}
+
+/**
+ * Pause before result poll number `attempt + 1`, the last one having taken `tookMs`: polls
+ * start resultPollDelay(attempt) apart, so a poll the server held (`?wait=`) is followed at
+ * once, and one answered at once (the mirror's QUEUED, an error) waits out the rest.
+ */
+export function resultPollPause(attempt: number, tookMs: number): number {
+  return Math.max(0, resultPollDelay(attempt) - tookMs);
 }
 
 /** Remembers when the next purchase request may leave this page. */
