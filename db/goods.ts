@@ -1,6 +1,7 @@
 import { and, asc, eq, gt, inArray, sql } from 'drizzle-orm';
 import { z } from 'zod';
 import type { GoodsInit, GoodsPlacement } from '../workers/kernel/contract';
+import { AppError } from '../workers/kernel/errors';
 import type { CreateGoodsBody, UpdateGoodsBody } from '../workers/kernel/http-bodies';
 import { PREWARM_AHEAD_MS, RECONCILE_ENDED_WITHIN_MS } from '../workers/kernel/schedule';
 import { ROOM_SHARDS } from '../workers/kernel/waiting-room';
@@ -10,8 +11,15 @@ import { ORDER_STATUS, seckillGoods, seckillOrder } from './schema';
 
 export type GoodsRow = typeof seckillGoods.$inferSelect;
 
-/** Creates a goods with all of its stock free. */
-export async function insertGoods(db: Db, body: CreateGoodsBody): Promise<GoodsRow> {
+/** An admin create's `Idempotency-Key`, and the digest of its body (see createGoodsDigest). */
+export type CreateKey = { key: string; digest: string };
+
+/**
+ * Creates a goods with all of its stock free. With `create`, the key's goods when it made one
+ * already (`replayed`), or CONFLICT when that one was made from another body: a create sent
+ * again after its answer was lost makes no second goods.
+ */
+export async function insertGoods(db: Db, body: CreateGoodsBody, create?: CreateKey): Promise<{ row: GoodsRow; replayed: boolean }> {
   const [row] = await db
     .insert(seckillGoods)
     .values({
@@ -30,12 +38,25 @@ export async function insertGoods(db: Db, body: CreateGoodsBody): Promise<GoodsR
       perUserLimit: body.perUserLimit ?? 1,
       limitScope: body.limitScope ?? 'goods',
       eligibility: body.eligibility ?? 'open',
+      createKey: create?.key ?? null,
+      createDigest: create?.digest ?? null,
     })
+    .onConflictDoNothing({ target: seckillGoods.createKey, where: sql`${seckillGoods.createKey} IS NOT NULL` })
     .returning();
-  if (!row) {
+  if (row) {
+    return { row, replayed: false };
+  }
+  const [made] = create ? await db.select().from(seckillGoods).where(eq(seckillGoods.createKey, create.key)).limit(1) : [];
+  if (!made || !create) {
     throw new Error('insert into seckill_goods returned no row');
   }
-  return row;
+  if (made.createDigest !== create.digest) {
+    throw new AppError(
+      'CONFLICT',
+      `Idempotency-Key ${JSON.stringify(create.key)} already created goods ${made.id} from another request body`,
+    );
+  }
+  return { row: made, replayed: true };
 }
 
 export async function findGoods(db: Db, goodsId: number): Promise<GoodsRow | undefined> {

@@ -50,6 +50,12 @@ export const seckillGoods = pgTable(
     limitScope: text('limit_scope').$type<LimitScope>().notNull().default('goods'),
     /** `open`, or `allowlist`: only the shoppers of seckill_allowlist may buy. */
     eligibility: text('eligibility').$type<Eligibility>().notNull().default('open'),
+    /**
+     * The `Idempotency-Key` of the `POST /admin/goods` that created the goods, and a digest of
+     * that request's body: the same key again answers this goods instead of making another.
+     */
+    createKey: text('create_key'),
+    createDigest: text('create_digest'),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
@@ -63,6 +69,7 @@ export const seckillGoods = pgTable(
     check('seckill_goods_limit_scope', sql`${t.limitScope} IN ('goods', 'activity')`),
     check('seckill_goods_eligibility', sql`${t.eligibility} IN ('open', 'allowlist')`),
     index('seckill_goods_window_idx').on(t.startAt, t.endAt),
+    uniqueIndex('seckill_goods_create_key_uk').on(t.createKey).where(sql`${t.createKey} IS NOT NULL`),
   ],
 );
 

@@ -1,4 +1,5 @@
 import * as z from 'zod/mini';
+import { timeOrderedKey } from '../../../workers/kernel/time-order';
 import { routeMissing } from '../shared/api';
 import { AnyJson, Goods, Limits } from '../shared/contract';
 import { byId } from '../shared/dom';
@@ -134,10 +135,19 @@ const CreateInput = z.object({
   duration: z.number().check(z.int(), z.minimum(1)),
 });
 
-/** The new-sale form: POST /admin/goods, which also pre-warms the sale's object. */
+/**
+ * The new-sale form: POST /admin/goods, which also pre-warms the sale's object. Each fill of the
+ * form has its own Idempotency-Key: pressing Create again after an answer that never came (a
+ * timeout, a 503) answers the goods the first press made instead of making a second; an edit
+ * of the form, or a goods made, starts a new key.
+ */
 export function bindCreate(ctx: AdminContext, created: () => void): void {
   const form = byId('create-form', HTMLFormElement);
   const status = byId('create-status', HTMLElement);
+  let createKey = timeOrderedKey();
+  form.addEventListener('input', () => {
+    createKey = timeOrderedKey();
+  });
   const start = input(form, 'startAt');
   const defaultStart = () => {
     // Five minutes from now on the server's clock, written as the device's local wall time.
@@ -168,6 +178,7 @@ export function bindCreate(ctx: AdminContext, created: () => void): void {
     busy(button, true);
     const res = await adminJson(ctx, '/admin/goods', Goods, {
       method: 'POST',
+      headers: { 'idempotency-key': createKey },
       body: { ...body, endAt: body.startAt + duration * 60_000, ...(imageUrl ? { imageUrl } : {}) },
     });
     busy(button, false);
@@ -176,6 +187,7 @@ export function bindCreate(ctx: AdminContext, created: () => void): void {
       return;
     }
     status.textContent = ctx.i18n.t('created', { id: res.data.goodsId });
+    createKey = timeOrderedKey();
     form.reset();
     defaultStart();
     created();

@@ -10,8 +10,9 @@ import { allowlistShards, goodsSnapshot, initShards, pauseShards } from '../../e
 import { commitSeed, nextQueueSettings, pushRoomSettings, queueOf } from '../../edge/waiting-room';
 import type { Config } from '../../kernel/config';
 import { GoodsId, type StockSnapshot } from '../../kernel/contract';
+import { sha256B64 } from '../../kernel/crypto';
 import { AppError } from '../../kernel/errors';
-import { AllowlistBody, CreateGoodsBody, UpdateGoodsBody } from '../../kernel/http-bodies';
+import { AllowlistBody, CreateGoodsBody, IdempotencyHeader, UpdateGoodsBody } from '../../kernel/http-bodies';
 import { log } from '../../kernel/log';
 import type { AppEnv } from '../context';
 import { adminAuth } from '../middleware/admin-auth';
@@ -26,11 +27,19 @@ export const admin = new Hono<AppEnv>()
   .use(adminAuth)
   .route('/', adminOps)
 
-  .post('/goods', valid('json', CreateGoodsBody), async (c) => {
+  // With an Idempotency-Key, the same create sent again (its answer lost on the way) answers the
+  // goods it made, `Idempotent-Replayed: true`, and sets its objects up again (an init is
+  // idempotent); the key with another body is 409 CONFLICT.
+  .post('/goods', valid('header', IdempotencyHeader), valid('json', CreateGoodsBody), async (c) => {
     const body = c.req.valid('json');
-    const row = await withDbFor(c.get('config'), (d) => insertGoods(d, body));
+    const key = c.req.valid('header')['idempotency-key'];
+    const create = key === undefined ? undefined : { key, digest: await createDigest(body) };
+    const { row, replayed } = await withDbFor(c.get('config'), (d) => insertGoods(d, body, create));
     await invalidateGoods(c.get('config'));
     const { snapshot, prewarmed } = await prewarmNew(c.env, row, c.get('traceId'));
+    if (replayed) {
+      c.header('Idempotent-Replayed', 'true');
+    }
     return c.json({ ...goodsAnswer(row, snapshot), ...(prewarmed ? {} : { prewarmed }) }, 201);
   })
 
@@ -149,6 +158,21 @@ async function setPaused(env: Env, config: Config, goodsId: number, paused: bool
 }
 
 /** The goods as the admin routes answer it: the view plus the settings only operators see. */
+/** The digest a create's key is kept with: its body as parsed, keys sorted, so the same settings sent again match whatever order a client wrote them in. */
+function createDigest(body: CreateGoodsBody): Promise<string> {
+  const sorted = (v: unknown): unknown =>
+    Array.isArray(v)
+      ? v.map(sorted)
+      : v !== null && typeof v === 'object'
+        ? Object.fromEntries(
+            Object.entries(v)
+              .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+              .map(([k, x]) => [k, sorted(x)]),
+          )
+        : v;
+  return sha256B64(JSON.stringify(sorted(body)));
+}
+
 function goodsAnswer(row: GoodsRow, snapshot: Parameters<typeof goodsView>[1]) {
   return { ...goodsView(row, snapshot, undefined, Date.now()), locationHint: row.locationHint, queue: queueOf(row), shards: row.shards };
 }
