@@ -58,6 +58,15 @@ export class EdgeGuard extends DurableObject<Env> {
   }
 
   /**
+   * Takes back a use `useOnce` granted: the token route's, when the request that spent a
+   * correctly answered challenge then failed on a dependency (Postgres, Turnstile), so the
+   * shopper's retry of the same answer passes. True when the key was marked.
+   */
+  async unuse(key: string): Promise<boolean> {
+    return this.store.unmarkUsed(key);
+  }
+
+  /**
    * One isolate's accounting for the keys of this shard, sent in the background: its requests
    * counted toward bans, its admissions, bans it decided. Answers the bans in force for those
    * keys, the bans it asked about that were lifted, its share of each key's limits, and while

@@ -27,6 +27,11 @@ export class GuardStorage {
     return this.sql.exec('INSERT OR IGNORE INTO used_once (key, expires_at) VALUES (?, ?)', key, expiresAt).rowsWritten > 0;
   }
 
+  /** Takes `key`'s use back; true when it was marked. */
+  unmarkUsed(key: string): boolean {
+    return this.sql.exec('DELETE FROM used_once WHERE key = ?', key).rowsWritten > 0;
+  }
+
   bansInForce(now: number): BanRow[] {
     return this.sql.exec<BanRow>('SELECT id, until, created_at FROM ban WHERE until > ? ORDER BY until', now).toArray();
   }

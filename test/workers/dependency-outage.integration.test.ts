@@ -36,18 +36,20 @@ async function downThenBack(ask: Ask, ok: number): Promise<Response> {
   return back;
 }
 
-/** A challenge solved and exchanged for a purchase token (the answer, not the checks). */
-async function tokenAttempt(jwt: string, goodsId: number, workerEnv: Env = env): Promise<Response> {
+type Answer = { challengeId: string; answer: string };
+
+/** A challenge asked for and solved: the token route's body. */
+async function solvedChallenge(jwt: string, goodsId: number): Promise<Answer> {
   const challenged = await call(`/api/seckill/goods/${goodsId}/challenge`, { method: 'POST', headers: bearer(jwt) });
   expect(challenged.status).toBe(200);
   const { challengeId, prompt } = await json<{ challengeId: string; prompt: string }>(challenged);
   const [a, b] = prompt.match(/\d+/g)?.map(Number) ?? [];
-  return call(`/api/seckill/goods/${goodsId}/token`, {
-    method: 'POST',
-    headers: bearer(jwt),
-    json: { challengeId, answer: String((a ?? 0) + (b ?? 0)) },
-    env: workerEnv,
-  });
+  return { challengeId, answer: String((a ?? 0) + (b ?? 0)) };
+}
+
+/** The answer exchanged for a purchase token. */
+function redeem(jwt: string, goodsId: number, answer: Answer, workerEnv: Env = env): Promise<Response> {
+  return call(`/api/seckill/goods/${goodsId}/token`, { method: 'POST', headers: bearer(jwt), json: answer, env: workerEnv });
 }
 
 describe('with Postgres out of reach', () => {
@@ -132,9 +134,14 @@ describe('with Postgres out of reach', () => {
     const { goodsId } = await createRulesGoods({ stock: 3, eligibility: 'allowlist' });
     expect((await changeAllowlist(goodsId, { add: ['outage-invited'] })).status).toBe(200);
     const jwt = await devToken('outage-invited');
-    // The challenge is spent before Postgres is asked, so the retry solves a new one.
-    await expectUnavailable(await tokenAttempt(jwt, goodsId, postgresDown));
-    expect((await tokenAttempt(jwt, goodsId)).status).toBe(200);
+    // The challenge is spent before Postgres is asked, and the 503 gives it back: the same
+    // answer passes once Postgres answers, and only once.
+    const answer = await solvedChallenge(jwt, goodsId);
+    await expectUnavailable(await redeem(jwt, goodsId, answer, postgresDown));
+    expect((await redeem(jwt, goodsId, answer)).status).toBe(200);
+    const replay = await redeem(jwt, goodsId, answer);
+    expect(replay.status).toBe(403);
+    expect((await json<{ error: { code: string } }>(replay)).error.code).toBe('CAPTCHA_FAILED');
     await downThenBack({ path: `/api/seckill/goods/${goodsId}/queue`, method: 'POST', headers: bearer(jwt) }, 200);
     const live = {
       path: `/api/seckill/goods/${goodsId}/live?join=1`,

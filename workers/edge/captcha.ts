@@ -3,6 +3,7 @@ import type { Config } from '../kernel/config';
 import { randomId, safeEqual } from '../kernel/crypto';
 import { AppError } from '../kernel/errors';
 import type { TokenBody } from '../kernel/http-bodies';
+import { log } from '../kernel/log';
 import { POW_ALGORITHM, verifyPow } from '../kernel/pow';
 import { objectCall } from './object-unavailable';
 import { answerHash, type Challenge, openChallenge, sealChallenge } from './signed';
@@ -70,12 +71,32 @@ function failed(message: string): AppError {
   return new AppError('CAPTCHA_FAILED', message);
 }
 
+/** The guard shard's key of a challenge's one use. */
+const spentKey = (c: Challenge) => `challenge:${c.n}`;
+
 /** Spends the challenge at its guard shard (one use); 503 UNAVAILABLE when the shard fails under the call (objectCall). */
 async function spend(env: Env, c: Challenge): Promise<boolean> {
-  const key = `challenge:${c.n}`;
+  const key = spentKey(c);
   return objectCall('captcha.spend_failed', { key }, 'the challenge cannot be checked right now, please retry', () =>
     guardShard(env, key).useOnce(key, c.e),
   );
+}
+
+/** A challenge a correct answer spent: what `returnChallenge` takes back. */
+export type SpentChallenge = { key: string };
+
+/**
+ * Takes back the use of a challenge a correct answer spent, when the request then failed on a
+ * dependency (the eligibility read in Postgres, Turnstile): the shopper's retry of the same
+ * answer passes instead of costing a new challenge. A wrong answer's spend is never taken
+ * back. Best effort: a failure here leaves the challenge spent, as before.
+ */
+export async function returnChallenge(env: Env, spent: SpentChallenge): Promise<void> {
+  try {
+    await guardShard(env, spent.key).unuse(spent.key);
+  } catch (error) {
+    log.warn('captcha.return_failed', { key: spent.key, error });
+  }
 }
 
 /** Opens a sealed challenge and checks it belongs to this shopper and goods and is still valid. */
@@ -105,7 +126,9 @@ async function checkPow(env: Env, c: Challenge, powNonce: string | undefined): P
 /**
  * Passes the shopper's answer to a challenge or throws 403 CAPTCHA_FAILED (503 UNAVAILABLE when
  * Turnstile cannot be asked). Cheap checks first; the challenge is spent before Turnstile is
- * asked, so one challenge buys at most one siteverify call.
+ * asked, so one challenge buys at most one siteverify call that answers (one Turnstile could
+ * not answer gives the challenge back). The challenge the answer spent, if any, for the caller
+ * to give back when a later step fails on a dependency (returnChallenge).
  */
 export async function passChallenge(
   env: Env,
@@ -114,7 +137,8 @@ export async function passChallenge(
   body: TokenBody,
   who: { userId: string; goodsId: number; ip: string | undefined },
   now: number,
-): Promise<void> {
+): Promise<SpentChallenge | undefined> {
+  let spent: SpentChallenge | undefined;
   if (config.turnstile) {
     if (!('turnstileToken' in body)) {
       throw failed('answer the Turnstile challenge (turnstileToken)');
@@ -128,17 +152,21 @@ export async function passChallenge(
       if (!(await spend(env, c))) {
         throw failed('the challenge was already used');
       }
+      spent = { key: spentKey(c) };
     } else if (powDifficulty > 0) {
       throw failed('a proof of work is required; request a new challenge');
     }
     const verdict = await verifyTurnstile(config.turnstile.secretKey, body.turnstileToken, who.ip);
     if (verdict.kind === 'unavailable') {
+      if (spent) {
+        await returnChallenge(env, spent);
+      }
       throw new AppError('UNAVAILABLE', 'the captcha service is unavailable, please retry', { 'retry-after': '2' });
     }
     if (verdict.kind === 'failed') {
       throw failed(`Turnstile refused the token (${verdict.codes.join(', ') || 'no reason given'})`);
     }
-    return;
+    return spent;
   }
   if (!('answer' in body)) {
     throw failed('Turnstile is not configured; answer the built-in challenge');
@@ -156,4 +184,5 @@ export async function passChallenge(
   if (!(await spend(env, c))) {
     throw failed('the challenge was already used');
   }
+  return { key: spentKey(c) };
 }

@@ -1,5 +1,5 @@
 import { Hono } from 'hono';
-import { issueChallenge, passChallenge } from '../../edge/captcha';
+import { issueChallenge, passChallenge, returnChallenge } from '../../edge/captcha';
 import { requireEligible } from '../../edge/eligibility';
 import { PURCHASE_TOKEN_TTL_MS, refuseIfEnded } from '../../edge/purchase';
 import { issuePurchaseToken } from '../../edge/signed';
@@ -13,6 +13,7 @@ import { requireJson } from '../middleware/require-json';
 import { saleLimits } from '../middleware/sale-limits';
 import { shopperAuth } from '../middleware/shopper-auth';
 import { valid } from '../middleware/validate';
+import { failedDependency } from '../on-error';
 
 /** A captcha for a goods, and its answer exchanged for a one-time purchase token and the hidden path. */
 export const challengeToken = new Hono<AppEnv>()
@@ -47,9 +48,25 @@ export const challengeToken = new Hono<AppEnv>()
       if (soldOutNow(goods.id, now)) {
         throw new AppError('SOLD_OUT');
       }
-      await passChallenge(c.env, config, limits.powDifficulty, body, { userId, goodsId: goods.id, ip: c.get('clientIp') }, now);
+      const spent = await passChallenge(
+        c.env,
+        config,
+        limits.powDifficulty,
+        body,
+        { userId, goodsId: goods.id, ip: c.get('clientIp') },
+        now,
+      );
       // 403 NOT_ELIGIBLE / 409 LIMIT_REACHED before a token is spent on a shopper who cannot buy.
-      await requireEligible(config, goods, userId);
+      // Postgres failing under that read (503) gives the challenge back before the answer: the
+      // shopper's retry of the same answer passes.
+      try {
+        await requireEligible(config, goods, userId);
+      } catch (error) {
+        if (spent && failedDependency(error)) {
+          await returnChallenge(c.env, spent);
+        }
+        throw error;
+      }
       const issued = await issuePurchaseToken(config.tokenSecret, userId, goods.id, PURCHASE_TOKEN_TTL_MS, now, c.get('admitted') === true);
       return c.json({ token: issued.token, path: issued.path, expiresAt: new Date(issued.expiresAt).toISOString() });
     },
