@@ -11,7 +11,7 @@ import { ORDER_STATUS, seckillGoods, seckillOrder } from './schema';
 
 export type GoodsRow = typeof seckillGoods.$inferSelect;
 
-/** An admin create's `Idempotency-Key`, and the digest of its body (see createGoodsDigest). */
+/** An admin create's `Idempotency-Key`, and the digest of its body (the create route's `createDigest`). */
 export type CreateKey = { key: string; digest: string };
 
 /**

@@ -157,7 +157,6 @@ async function setPaused(env: Env, config: Config, goodsId: number, paused: bool
   return { goodsId, paused: snapshot.paused, remaining: snapshot.remaining };
 }
 
-/** The goods as the admin routes answer it: the view plus the settings only operators see. */
 /** The digest a create's key is kept with: its body as parsed, keys sorted, so the same settings sent again match whatever order a client wrote them in. */
 function createDigest(body: CreateGoodsBody): Promise<string> {
   const sorted = (v: unknown): unknown =>
@@ -173,6 +172,7 @@ function createDigest(body: CreateGoodsBody): Promise<string> {
   return sha256B64(JSON.stringify(sorted(body)));
 }
 
+/** The goods as the admin routes answer it: the view plus the settings only operators see. */
 function goodsAnswer(row: GoodsRow, snapshot: Parameters<typeof goodsView>[1]) {
   return { ...goodsView(row, snapshot, undefined, Date.now()), locationHint: row.locationHint, queue: queueOf(row), shards: row.shards };
 }
