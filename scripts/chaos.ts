@@ -17,6 +17,7 @@ import { PhaseTally, type ResultStatus } from './lib/chaos/tally.ts';
 import { describeLine, exitCode, faultEvidence, formatVerdict, judgePhase } from './lib/chaos/verdict.ts';
 import { type AdminApi, adminApi } from './lib/load/admin.ts';
 import { read } from './lib/load/contract.ts';
+import { httpClient } from './lib/load/http-client.ts';
 
 const say = (line: string) => process.stderr.write(`${line}\n`);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -148,14 +149,15 @@ async function run(o: ChaosOptions): Promise<number> {
   };
   process.once('SIGINT', interrupt);
   process.once('SIGTERM', interrupt);
-  const poller = new ResultPoller(stack.http, plan.pollMs);
+  // Its own client: a held result read keeps its socket for up to the page's wait.
+  const resultsHttp = httpClient(stack.url, { maxSockets: 4_096, timeoutMs: 30_000 });
+  const poller = new ResultPoller(resultsHttp, plan.pollMs);
   try {
     const admin = adminApi(stack.http, stack.adminToken);
     say(
       `ready in ${seconds(runStarted)} s: ${stack.url}, PostgreSQL on port ${stack.postgres.port}, redis-server on port ${stack.redis.port}`,
     );
     const sales = await createGoods(stack, plan);
-    poller.start();
     for (const [i, phase] of plan.phases.entries()) {
       const sale = sales[i] as Sale;
       const shoppers = phase.buyers + phase.latecomers + phase.again + phase.hostile;
@@ -247,6 +249,7 @@ async function run(o: ChaosOptions): Promise<number> {
     process.off('SIGINT', interrupt);
     process.off('SIGTERM', interrupt);
     await poller.stop();
+    resultsHttp.close();
     await stack.close();
   }
 }

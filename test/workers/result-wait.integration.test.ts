@@ -5,6 +5,7 @@
 // on, the mirror's QUEUED is answered at once and no object is called.
 import { env } from 'cloudflare:workers';
 import { afterEach, describe, expect, it } from 'vitest';
+import { askObjectReset, resetName } from '../../workers/kernel/dev-faults';
 import type { ObjectCallsView } from '../../workers/kernel/object-calls';
 import {
   ADMIN,
@@ -90,6 +91,26 @@ describe('result reads held for the final answer', () => {
       return r.body.status === 'SUCCESS' ? r.body : undefined;
     });
     expect(final.orderId).toBeDefined();
+    expect(await settled(goodsId)).toMatchObject({ doRemaining: 2, orders: { PENDING_PAYMENT: 1 } });
+  });
+
+  it('answers a held read 503 when its stock shard resets under it, and the next read the final answer', async () => {
+    const { goodsId, jwt, requestId } = await queuedPurchase('wait-reset', 60);
+    const held = readResult(requestId, jwt, '?wait=15');
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    // The next call into the shard throws its instance away, and with it the held read.
+    askObjectReset(resetName(goodsId, { stock: 0 }));
+    await stockObject(goodsId)
+      .snapshot()
+      .catch(() => undefined);
+    const answer = await held;
+    expect(answer.status).toBe(503);
+    expect((answer.body as unknown as { error: { code: string } }).error.code).toBe('UNAVAILABLE');
+    expect(answer.ms).toBeLessThan(10_000);
+    expect((await stockSnapshot(goodsId)).heldResultReads).toBe(0);
+    await setFaults({ consumerPaused: 0 });
+    const final = await readResult(requestId, jwt, '?wait=15');
+    expect(final.body).toMatchObject({ requestId, status: 'SUCCESS' });
     expect(await settled(goodsId)).toMatchObject({ doRemaining: 2, orders: { PENDING_PAYMENT: 1 } });
   });
 

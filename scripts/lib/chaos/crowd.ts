@@ -6,6 +6,7 @@
 // stolen tokens, bursts over the limits from one address, malformed requests). Accepted
 // purchases are polled until final by one poller for the whole run.
 
+import { RESULT_WAIT_SECONDS } from '../../../web/src/shopper/pacing.ts';
 import { TicketAnswer } from '../../../web/src/shopper/waiting-line.ts';
 import { timeOrderedKey } from '../../../workers/kernel/time-order.ts';
 import type { Minter } from '../bench/mint.ts';
@@ -46,20 +47,33 @@ async function withRetries(tally: PhaseTally, category: Category, what: string, 
   return answer;
 }
 
-/** Polls every accepted purchase's result until SUCCESS or FAIL, for the whole run. */
+/**
+ * Follows every accepted purchase's result until SUCCESS or FAIL, for the whole run, as the
+ * shopper page does: at once after the 202 with `?wait=`, each read held by the stock object
+ * until the order is written (the mirror's QUEUED answered at once), the next read starting
+ * `everyMs` after the last was sent. A fault under a held read (the stock shard reset, Redis
+ * or Postgres away) is what the crowd's results then meet. Give it an HTTP client of its own:
+ * held reads must not take the sockets the crowd's purchases need.
+ */
 export class ResultPoller {
-  private readonly pending = new Map<string, { entry: Accepted; tally: PhaseTally; nextAt: number }>();
+  private readonly pending = new Map<string, { entry: Accepted; tally: PhaseTally }>();
+  private readonly following = new Set<Promise<void>>();
   private stopped = false;
-  private loop: Promise<void> | undefined;
 
   constructor(
     private readonly http: HttpClient,
     private readonly everyMs: number,
-    private readonly concurrency = 8,
+    private readonly waitSeconds = RESULT_WAIT_SECONDS,
   ) {}
 
   add(entry: Accepted, tally: PhaseTally): void {
-    this.pending.set(entry.requestId, { entry, tally, nextAt: Date.now() + this.everyMs });
+    if (this.stopped || this.pending.has(entry.requestId)) {
+      return;
+    }
+    const p = { entry, tally };
+    this.pending.set(entry.requestId, p);
+    const run: Promise<void> = this.follow(p).finally(() => this.following.delete(run));
+    this.following.add(run);
   }
 
   get unresolved(): number {
@@ -71,9 +85,16 @@ export class ResultPoller {
     return [...this.pending.values()].filter((p) => p.tally === tally).length;
   }
 
-  /** One result read, as its owner: updates the entry and returns the status, or undefined when the read failed. */
-  async poll(entry: Accepted, tally: PhaseTally): Promise<ResultStatus | undefined> {
-    const answer = await this.http.get(`/api/seckill/result/${entry.requestId}`, { headers: as(entry) });
+  /**
+   * One result read, as its owner (held up to `waitSeconds` for the final answer): updates the
+   * entry and returns the status, or undefined when the read failed.
+   */
+  async poll(entry: Accepted, tally: PhaseTally, waitSeconds = 0): Promise<ResultStatus | undefined> {
+    const held = waitSeconds > 0 ? { path: `?wait=${waitSeconds}`, timeoutMs: (waitSeconds + 15) * 1000 } : undefined;
+    const answer = await this.http.get(`/api/seckill/result/${entry.requestId}${held?.path ?? ''}`, {
+      headers: as(entry),
+      ...(held ? { timeoutMs: held.timeoutMs } : {}),
+    });
     tally.record('poll', 'result', answer);
     const result = read.result(answer.json);
     if (answer.status !== 200 || !result) {
@@ -85,30 +106,22 @@ export class ResultPoller {
     return result.status;
   }
 
-  start(): void {
-    this.loop = (async () => {
-      while (!this.stopped) {
-        const due = [...this.pending.values()].filter((p) => p.nextAt <= Date.now());
-        for (let i = 0; i < due.length && !this.stopped; i += this.concurrency) {
-          await Promise.all(
-            due.slice(i, i + this.concurrency).map(async (p) => {
-              const status = await this.poll(p.entry, p.tally);
-              if (status === 'SUCCESS' || status === 'FAIL') {
-                this.pending.delete(p.entry.requestId);
-              } else {
-                p.nextAt = Date.now() + this.everyMs;
-              }
-            }),
-          );
-        }
-        await sleep(100);
-      }
-    })();
-  }
-
+  /** Ends the following once the reads in flight answer (a held one within its wait). */
   async stop(): Promise<void> {
     this.stopped = true;
-    await this.loop;
+    await Promise.all(this.following);
+  }
+
+  private async follow(p: { entry: Accepted; tally: PhaseTally }): Promise<void> {
+    while (!this.stopped) {
+      const sentAt = Date.now();
+      const status = await this.poll(p.entry, p.tally, this.waitSeconds);
+      if (status === 'SUCCESS' || status === 'FAIL') {
+        this.pending.delete(p.entry.requestId);
+        return;
+      }
+      await sleep(Math.max(0, this.everyMs - (Date.now() - sentAt)));
+    }
   }
 }
 
