@@ -16,7 +16,9 @@ import {
   devToken,
   eventually,
   json,
+  metric,
   mirrorRedis,
+  scrape,
   setFaults,
   settled,
   stockObject,
@@ -73,6 +75,13 @@ describe('result reads held for the final answer', () => {
     expect(held.ms).toBeLessThan(12_000);
     const { counts } = await objectCalls({});
     expect(counts.GoodsStock?.result?.calls).toBe(1);
+    // Its time is counted as a held read's, apart from the route's latency.
+    const heldRoute = { route: '/api/seckill/result/:requestId?wait' };
+    const scraped = await eventually(async () => {
+      const s = await scrape();
+      return metric(s, 'seckill_http_request_duration_ms_count', heldRoute) >= 1 ? s : undefined;
+    });
+    expect(metric(scraped, 'seckill_http_requests_total', { ...heldRoute, method: 'GET', outcome: 'ok' })).toBeGreaterThanOrEqual(1);
     expect(await settled(goodsId)).toMatchObject({ doRemaining: 2, orders: { PENDING_PAYMENT: 1 } });
   });
 

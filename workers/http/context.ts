@@ -23,6 +23,8 @@ export type AppEnv = {
     goods: GoodsRow;
     /** The token route: the shopper showed a valid admission pass while the room held a line (requireAdmission). */
     admitted: boolean;
+    /** The result route: the read asked to be held for the final answer (`?wait=`), so its time is the wait's, not a slow request's. */
+    heldRead: boolean;
     // The purchase route's own steps (routes/purchase.ts), in the order they are set.
     /** The body's one-time token (purchaseBody). */
     purchaseToken: string;

@@ -48,7 +48,10 @@ export const requestMetrics = createMiddleware<AppEnv>(async function requestMet
   const started = Date.now();
   await next();
   const ms = Date.now() - started;
-  const route = routeOf(c);
+  // A result read held for its final answer (`?wait=`) takes the wait's time by design: its own
+  // series, so the route's latency stays a latency, and never a slow request.
+  const held = c.get('heldRead') === true;
+  const route = held ? `${routeOf(c)}?wait` : routeOf(c);
   const outcome = outcomeOf(c);
   count('seckill_http_requests_total', { route, method: c.req.method, outcome });
   observe('seckill_http_request_duration_ms', { route }, ms);
@@ -57,7 +60,7 @@ export const requestMetrics = createMiddleware<AppEnv>(async function requestMet
   const fields = { requestId: c.get('traceId'), ...(purchaseId ? { purchaseId } : {}), method: c.req.method, route, status, outcome, ms };
   if (status >= 500) {
     log.error('http.request', fields);
-  } else if (ms >= SLOW_REQUEST_MS) {
+  } else if (ms >= SLOW_REQUEST_MS && !held) {
     log.warn('http.slow_request', fields);
   } else if (route.startsWith('/admin') && c.req.method !== 'GET') {
     // An audit trail of operator actions (pause, limits, reconcile, ...); reads are not logged.

@@ -31,6 +31,9 @@ export const result = new Hono<AppEnv>().get(
   async (c) => {
     const requestId = c.req.param('requestId');
     const { wait } = c.req.valid('query');
+    if (wait > 0) {
+      c.set('heldRead', true);
+    }
     const view =
       knownResult(requestId) ??
       (await mirroredResult(c.get('config'), requestId)) ??
