@@ -120,11 +120,8 @@ export class GoodsStock extends DurableObject<Env> {
     });
   }
 
-  /**
-   * Creates the sale from Postgres' settings, or refreshes its settings. The stock count is
-   * taken only the first time: afterwards this object is the authority on it. `shard` is this
-   * object's stock shard (routing.ts); a shard other than 0 then takes its first lease.
-   */
+  /** Creates the sale from Postgres' settings or refreshes them; the stock count only the first time (then this object owns it).
+   * `shard` is this object's stock shard (routing.ts); a shard other than 0 then takes its first lease. */
   async init(goods: GoodsInit, shard = 0, lease = true): Promise<StockSnapshot> {
     this.devReset(goods.goodsId, shard);
     const before = this.sale && mirrorGoods(this.sale, this.mirror.title);
@@ -260,11 +257,8 @@ export class GoodsStock extends DurableObject<Env> {
     return { confirmed, released, refused };
   }
 
-  /**
-   * Puts up to `units` refused units back on sale: reconciliation's decision once Postgres has
-   * room for them again. Only while the stock is still `expectedRemaining` (what the decision
-   * was made on); otherwise it returns nothing and the next run decides again.
-   */
+  /** Puts up to `units` refused units back on sale (reconciliation, once Postgres has room), only while the stock is still
+   * `expectedRemaining`, what the decision was made on; otherwise nothing, and the next run decides again. */
   async returnRefused(units: number, expectedRemaining: number): Promise<{ returned: number; remaining: number; refused: number }> {
     const returned = this.ctx.storage.transactionSync(() =>
       returnRefusedAndMirror(this.store, this.sale, this.mirror, units, expectedRemaining),
@@ -277,10 +271,7 @@ export class GoodsStock extends DurableObject<Env> {
     return { returned, remaining: this.sale?.remaining ?? 0, refused: this.sale?.refused ?? 0 };
   }
 
-  /**
-   * Gives a reservation's unit back (cancelled, timed out, or refused by Postgres) and lets the
-   * user try again. Idempotent: a second release of the same request changes nothing.
-   */
+  /** Gives a reservation's unit back (cancelled, timed out, refused by Postgres) so the user may try again; idempotent. */
   async release(requestId: string, reason: FailReason): Promise<{ released: boolean; remaining: number }> {
     const released = this.ctx.storage.transactionSync(() =>
       releaseAndMirror(this.store, this.sale, this.mirror, requestId, reason, Date.now()),
@@ -294,10 +285,7 @@ export class GoodsStock extends DurableObject<Env> {
     return { released, remaining: this.sale?.remaining ?? 0 };
   }
 
-  /**
-   * The answer for one request, for the result route (which checks the owner). With `wait`, a
-   * QUEUED answer of the asker's own request may be held until it is final (result-waiters.ts).
-   */
+  /** One request's answer, for the result route (which checks the owner); with `wait`, held until final (result-waiters.ts). */
   async result(requestId: string, wait?: ResultWait): Promise<ResultView | undefined> {
     this.devReset();
     return this.waiters.answer(requestId, wait);
