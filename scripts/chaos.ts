@@ -132,16 +132,17 @@ function eventsBetween(
 
 async function run(o: ChaosOptions): Promise<number> {
   const runStarted = Date.now();
-  const plan = chaosPlan(o.mode, productionQueueSchedule(), o.only, o.shards);
+  const plan = chaosPlan(o.mode, productionQueueSchedule(), o.only, o.shards, o.mirror);
   const header = [
     `npm run chaos${o.mode === 'short' ? ' -- --short' : ''}: ${plan.phases.length} phases, ${plan.phases.reduce((n, p) => n + p.stock, 0)} units` +
-      (plan.shards > 1 ? `, each goods over ${plan.shards} stock shards` : ''),
+      (plan.shards > 1 ? `, each goods over ${plan.shards} stock shards` : '') +
+      (plan.mirror ? '' : ', without the Redis mirror'),
     ...describeSchedule(plan),
   ];
   for (const line of header) {
     say(line);
   }
-  say('Starting PostgreSQL, redis-server and the Worker bundle under Miniflare...');
+  say(`Starting PostgreSQL, ${plan.mirror ? 'redis-server ' : ''}and the Worker bundle under Miniflare...`);
   const stack = await startChaosStack(plan, { verbose: o.verbose });
   const interrupt = () => {
     say('interrupted: stopping everything this run started');
@@ -155,7 +156,7 @@ async function run(o: ChaosOptions): Promise<number> {
   try {
     const admin = adminApi(stack.http, stack.adminToken);
     say(
-      `ready in ${seconds(runStarted)} s: ${stack.url}, PostgreSQL on port ${stack.postgres.port}, redis-server on port ${stack.redis.port}`,
+      `ready in ${seconds(runStarted)} s: ${stack.url}, PostgreSQL on port ${stack.postgres.port}, ${stack.redis ? `redis-server on port ${stack.redis.port}` : 'no Redis mirror'}`,
     );
     const sales = await createGoods(stack, plan);
     for (const [i, phase] of plan.phases.entries()) {
@@ -191,7 +192,7 @@ async function run(o: ChaosOptions): Promise<number> {
       say(`  the Worker logged: ${logged.join(', ') || 'no warnings'}`);
       const t = sale.tally;
       say(
-        `  ${t.requests} requests in ${seconds(started)} s: ${t.accepted.size} accepted, ${t.busy} busy, ${t.fiveXX} other 5xx, ${t.hostile.sent} hostile`,
+        `  ${t.requests} requests in ${seconds(started)} s: ${t.accepted.size} accepted, ${t.busy} busy, ${t.fiveXX} other 5xx, ${t.hostile.sent} hostile, ${t.heldReads} result reads held a second or more`,
       );
       if (phase.queue) {
         say(`  ${describeLine(t.line)} (so far)`);
@@ -210,7 +211,7 @@ async function run(o: ChaosOptions): Promise<number> {
     const facts = await collectFacts({
       admin,
       databaseUrl: stack.databaseUrl,
-      redisUrl: stack.redis.url,
+      redisUrl: stack.redis?.url,
       goods: sales.map((s) => ({ goodsId: s.goodsId, requestIds: [...s.tally.accepted.keys()] })),
     });
     const summaries = sales.map((sale) =>
@@ -225,6 +226,7 @@ async function run(o: ChaosOptions): Promise<number> {
         restAt: quiet.restAt.get((sales[i] as Sale).goodsId),
         evidence: faultEvidence(phase.fault, (sales[i] as Sale).workerEvents ?? {}, resetsOf((sales[i] as Sale).faultLog)),
         shards: plan.shards,
+        mirror: plan.mirror,
       }),
     );
     const took = `${seconds(runStarted)} s (${o.mode}), ${stack.cronRuns()} cron firings`;

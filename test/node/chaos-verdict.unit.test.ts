@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import type { GoodsFacts } from '../../scripts/lib/chaos/collect.ts';
 import { lineCounts } from '../../scripts/lib/chaos/line.ts';
-import { chaosPlan, parseChaosOptions, pastCapSeconds, retriesLastSeconds } from '../../scripts/lib/chaos/plan.ts';
+import { chaosPlan, describeSchedule, parseChaosOptions, pastCapSeconds, retriesLastSeconds } from '../../scripts/lib/chaos/plan.ts';
 import type { TallySummary } from '../../scripts/lib/chaos/tally.ts';
 import { exitCode, faultEvidence, formatVerdict, judgePhase, type PhaseInput } from '../../scripts/lib/chaos/verdict.ts';
 import { sameAnswer } from '../../scripts/lib/load/replay.ts';
@@ -84,6 +84,14 @@ describe('judgePhase', () => {
       expect.arrayContaining(['every 202 ended SUCCESS or FAIL', 'nothing lost', 'at rest', 'stock adds up']),
     );
     expect(exitCode([judgePhase(healthy()), v])).toBe(1);
+  });
+
+  it('reads nothing from Redis in a run without the mirror, and asks for it in a run with one', () => {
+    const p = healthy();
+    p.facts.redis = undefined;
+    expect(failedChecks(p)).toEqual(['Redis readable']);
+    expect(failedChecks({ ...p, mirror: false })).toEqual([]);
+    expect(judgePhase({ ...p, mirror: false }).checks.some((c) => /mirror|Redis|result keys/.test(c.name))).toBe(false);
   });
 
   it('counts an honest FAIL as failed, not lost', () => {
@@ -363,6 +371,18 @@ describe('the plan', () => {
     for (const bad of ['0', '65', '2.5', 'x']) {
       expect(() => parseChaosOptions(['--shards', bad])).toThrow(/--shards/);
     }
+    expect(parseChaosOptions([])).toMatchObject({ mirror: true });
+    expect(parseChaosOptions(['--short', '--no-mirror', '--only', 'c,d'])).toMatchObject({ mirror: false, only: ['c', 'd'] });
+    // Phase b kills the mirror's redis-server: asked for without one, it is an error, and the
+    // whole run leaves it out.
+    expect(() => parseChaosOptions(['--no-mirror', '--only', 'a,b'])).toThrow(/phase b/);
+    const keys = (plan: { phases: { key: string }[] }) => plan.phases.map((p) => p.key);
+    expect(keys(chaosPlan('short', production))).toContain('b');
+    expect(keys(chaosPlan('short', production, undefined, 1, false))).toEqual(
+      keys(chaosPlan('short', production)).filter((k) => k !== 'b'),
+    );
+    expect(chaosPlan('full', production, ['c', 'd'], 4, false)).toMatchObject({ mirror: false, shards: 4 });
+    expect(describeSchedule(chaosPlan('short', production, undefined, 1, false)).join('\n')).toMatch(/Redis mirror: +off/);
     expect(() => parseChaosOptions(['--only', 'z'])).toThrow(/phase keys/);
     expect(() => parseChaosOptions(['--fast'])).toThrow();
   });

@@ -42,17 +42,20 @@ export async function collectFacts({
 }: {
   admin: AdminApi;
   databaseUrl: string;
-  redisUrl: string;
+  /** Undefined when the run went without the Redis mirror: nothing is read from Redis. */
+  redisUrl: string | undefined;
   goods: { goodsId: number; requestIds: string[] }[];
 }): Promise<GoodsFacts[]> {
   const db = new pg.Client({ connectionString: databaseUrl });
   await db.connect();
-  const redis = new Redis(redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1, retryStrategy: () => null });
-  redis.on('error', () => {});
-  const redisUp = await redis.connect().then(
-    () => true,
-    () => false,
-  );
+  const redis = redisUrl ? new Redis(redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1, retryStrategy: () => null }) : undefined;
+  redis?.on('error', () => {});
+  const redisUp = redis
+    ? await redis.connect().then(
+        () => true,
+        () => false,
+      )
+    : false;
   try {
     const facts: GoodsFacts[] = [];
     for (const g of goods) {
@@ -77,13 +80,13 @@ export async function collectFacts({
         orders: orders.rows.map((r) => ({ id: r.id, requestId: r.request_id, userId: r.user_id, status: r.status })),
         deadLetters: dead.rows[0] ?? { total: 0, open: 0 },
         reconciliation: last ? { runAt: last.run_at.getTime(), consistent: last.consistent, kinds } : undefined,
-        redis: redisUp ? await readRedis(redis, g.goodsId, g.requestIds) : undefined,
+        redis: redis && redisUp ? await readRedis(redis, g.goodsId, g.requestIds) : undefined,
       });
     }
     return facts;
   } finally {
     await db.end();
-    redis.disconnect();
+    redis?.disconnect();
   }
 }
 

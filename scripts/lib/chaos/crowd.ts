@@ -96,6 +96,9 @@ export class ResultPoller {
       ...(held ? { timeoutMs: held.timeoutMs } : {}),
     });
     tally.record('poll', 'result', answer);
+    if (held && answer.status === 200 && answer.ms >= 1_000) {
+      tally.heldReads++;
+    }
     const result = read.result(answer.json);
     if (answer.status !== 200 || !result) {
       return undefined;

@@ -22,7 +22,7 @@ export type FaultContext = {
   adminToken: string;
   goodsId: number;
   postgres: OwnServer;
-  redis: OwnServer;
+  redis: OwnServer | undefined;
   say: (line: string) => void;
 };
 
@@ -126,6 +126,9 @@ export async function actFault(phase: PhasePlan, c: FaultContext): Promise<Fault
       note('PostgreSQL started again');
       return log;
     case 'redis-killed':
+      if (!c.redis) {
+        throw new Error("phase b needs the mirror's redis-server (the run was started with --no-mirror)");
+      }
       await at(phase.faultAtS);
       await c.redis.stop();
       note(`redis-server killed (SIGKILL); back in ${phase.faultForS} s, empty`);

@@ -20,6 +20,9 @@ invariant holds, 1 when one breaks, 2 when the run could not be made.
   --only KEYS      run only these phases, e.g. --only a,c (keys: 0 a b c d e f g r)
   --shards N       spread each phase's goods over N stock shards, 1-64 (default 1): the faults
                    then meet grants and give-backs between shards as well as reservations
+  --no-mirror      run without the Redis mirror (no redis-server, no phase b): every result
+                   read then goes to the stock shard, which holds it until the order is written,
+                   so the faults meet held reads where the mirror would answer QUEUED at once
   --json FILE      also write the whole result as JSON to FILE
   --verbose        print the Worker's warnings as they happen
   --help`;
@@ -90,12 +93,15 @@ export type ChaosPlan = {
   payTimeoutSeconds: number;
   /** Stock shards of every phase's goods. */
   shards: number;
+  /** Whether the Worker runs with its Redis mirror (on a redis-server of the run's own). */
+  mirror: boolean;
 };
 
 export type ChaosOptions = {
   mode: Mode;
   only: string[] | undefined;
   shards: number;
+  mirror: boolean;
   json: string | undefined;
   verbose: boolean;
   help: boolean;
@@ -123,6 +129,7 @@ export function parseChaosOptions(argv: string[]): ChaosOptions {
       short: { type: 'boolean' },
       only: { type: 'string' },
       shards: { type: 'string' },
+      'no-mirror': { type: 'boolean' },
       json: { type: 'string' },
       verbose: { type: 'boolean' },
       help: { type: 'boolean' },
@@ -135,10 +142,15 @@ export function parseChaosOptions(argv: string[]): ChaosOptions {
     throw new Error(`--only takes phase keys among 0 a b c d e f g r, got ${values.only}`);
   }
   const shards = intOption(values.shards, 'shards', 1, 64) ?? 1;
+  const mirror = !values['no-mirror'];
+  if (!mirror && only?.includes('b')) {
+    throw new Error("phase b kills the mirror's redis-server: it cannot run with --no-mirror");
+  }
   return {
     mode: values.short ? 'short' : 'full',
     only,
     shards,
+    mirror,
     json: values.json,
     verbose: values.verbose ?? false,
     help: values.help ?? false,
@@ -172,12 +184,14 @@ function phases(crowd: Crowd, faults: Record<FaultKind, Partial<PhasePlan>>): Ph
 }
 
 /** The profile of a mode; `production` is wrangler.toml's production queue consumers, the full run's schedule. */
-export function chaosPlan(mode: Mode, production: QueueSchedule, only?: string[], shards = 1): ChaosPlan {
-  const plan = { ...(mode === 'full' ? fullPlan(production) : shortPlan()), shards };
-  return only ? { ...plan, phases: plan.phases.filter((p) => only.includes(p.key)) } : plan;
+export function chaosPlan(mode: Mode, production: QueueSchedule, only?: string[], shards = 1, mirror = true): ChaosPlan {
+  const plan = { ...(mode === 'full' ? fullPlan(production) : shortPlan()), shards, mirror };
+  // Without the mirror there is no redis-server to kill.
+  const phases = plan.phases.filter((p) => (!only || only.includes(p.key)) && (mirror || p.fault !== 'redis-killed'));
+  return { ...plan, phases };
 }
 
-function fullPlan(production: QueueSchedule): Omit<ChaosPlan, 'shards'> {
+function fullPlan(production: QueueSchedule): Omit<ChaosPlan, 'shards' | 'mirror'> {
   const crowd = { stock: 50, buyers: 60, latecomers: 280, again: 20, hostile: 70, sellS: 40, lengthS: 75 };
   // Longer than the order queue's retries (8, up to 128 s apart: about 4 minutes) by far.
   const outageS = 630;
@@ -216,7 +230,7 @@ function fullPlan(production: QueueSchedule): Omit<ChaosPlan, 'shards'> {
   };
 }
 
-function shortPlan(): Omit<ChaosPlan, 'shards'> {
+function shortPlan(): Omit<ChaosPlan, 'shards' | 'mirror'> {
   const crowd = { stock: 20, buyers: 24, latecomers: 50, again: 6, hostile: 20, sellS: 7, lengthS: 10 };
   const cap = 4;
   const orders = { maxRetries: 3 };
@@ -287,6 +301,7 @@ export function describeSchedule(plan: ChaosPlan): string[] {
     `  timeout queue:     max_retries ${s.timeouts.maxRetries}`,
     `  Worker settings:   ${bindings.length > 0 ? bindings.join(', ') : "the Worker's defaults"}`,
     `  cron:              every ${s.cronEveryMs / 1000} s${s.cronEveryMs === 60_000 ? ', on the minute, as in production' : ''}`,
+    ...(plan.mirror ? [] : ['  Redis mirror:      off (result reads held by the stock shards; no phase b)']),
     ...(outage ? [`  Postgres outage:   ${outage.faultForS} s`] : []),
     ...(redis
       ? [`  Redis down:        ${redis.faultForS} s (mirror writes retry 1 s doubling, then every ${MIRROR_RETRY_CAP_SECONDS} s)`]

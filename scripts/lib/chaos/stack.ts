@@ -1,4 +1,5 @@
-// The chaos run's stack: its own PostgreSQL and redis-server (services.ts), the Worker's
+// The chaos run's stack: its own PostgreSQL and redis-server (services.ts; no redis-server
+// when the run goes without the mirror), the Worker's
 // deployable bundle under Miniflare with the local bridges (the bench's stack code), the queue
 // consumers on the run's retry schedule, and the cron fired on its interval (on the minute in
 // the full run, as Cloudflare does). The Worker's JSON log lines are counted by event, so the
@@ -103,7 +104,8 @@ export type ChaosStack = {
   http: HttpClient;
   /** The run's own servers, to stop and start. */
   postgres: OwnServer;
-  redis: OwnServer;
+  /** Undefined when the run goes without the Redis mirror. */
+  redis: OwnServer | undefined;
   /** The run's database on its PostgreSQL (what the Worker writes). */
   databaseUrl: string;
   worker: WorkerStack;
@@ -176,14 +178,16 @@ export async function startChaosStack(plan: ChaosPlan, { verbose }: { verbose: b
   try {
     const postgres = await startOwnPostgres();
     closers.push(() => postgres.remove());
-    const redis = await startOwnRedis();
-    closers.push(() => redis.remove());
+    const redis = plan.mirror ? await startOwnRedis() : undefined;
+    if (redis) {
+      closers.push(() => redis.remove());
+    }
     const secrets = benchSecrets();
     const minter = await shopperMinter(secrets);
     const events = new WorkerEvents(verbose);
     const worker = await startWorkerStack({
       databaseUrl: postgres.url,
-      redisUrl: redis.url,
+      redisUrl: redis?.url,
       bindings: { ...secrets, ...plan.schedule.bindings },
       log: new EventLog(events),
       configure: (options) => ({

@@ -53,6 +53,8 @@ export class PhaseTally {
   readonly hostile = { sent: 0, refused: 0, letThrough: 0, examples: [] as string[] };
   readonly idempotency = { compared: 0, mismatches: 0, examples: [] as string[] };
   readonly line = lineCounts();
+  /** Result reads answered after a second or more: held by the stock shard for the order to be written. */
+  heldReads = 0;
 
   /** Counts one answer. */
   record(category: Category, what: string, answer: Answer): void {
