@@ -4,7 +4,7 @@
 // the invariants read back through the admin API. See USAGE in lib/load/options.ts.
 import { type AdminApi, adminApi, LOAD_TEST_LIMITS } from './lib/load/admin.ts';
 import type { Limits } from './lib/load/contract.ts';
-import { type Progress, runShopperLoad } from './lib/load/flow.ts';
+import { type Progress, resultReadTimeoutMs, runShopperLoad } from './lib/load/flow.ts';
 import { type HttpClient, httpClient } from './lib/load/http-client.ts';
 import { fmt, type StepSummary } from './lib/load/metrics.ts';
 import { isUsageError, type LoadOptions, parseLoadOptions, USAGE } from './lib/load/options.ts';
@@ -32,10 +32,15 @@ async function main(): Promise<number> {
     process.stdout.write(`${USAGE}\n`);
     return 0;
   }
-  // Pollers and order checks run beside the shoppers; give them sockets of their own.
-  const http = httpClient(options.url, {
-    maxSockets: options.concurrency + Math.ceil(options.concurrency / 10) + 1,
-    timeoutMs: options.timeoutMs,
+  // A socket per virtual shopper; the admin API and the order checks come before and after the crowd.
+  const http = httpClient(options.url, { maxSockets: options.concurrency, timeoutMs: options.timeoutMs });
+  // The accepted purchases' result reads, each held up to --result-wait: a client of their own,
+  // so held reads never keep a purchase waiting for a socket. As many sockets as virtual
+  // shoppers; when more purchases than that await their answer (a consumer far behind), the
+  // other reads wait for a socket until held ones answer.
+  const resultHttp = httpClient(options.url, {
+    maxSockets: options.concurrency,
+    timeoutMs: resultReadTimeoutMs(options.resultWaitS, options.timeoutMs),
   });
   const admin = adminApi(http, options.adminToken);
   let restoreLimits: Limits | undefined;
@@ -59,16 +64,22 @@ async function main(): Promise<number> {
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   try {
-    return await run(options, http, admin, (limits) => {
+    return await run(options, { http, resultHttp }, admin, (limits) => {
       restoreLimits = limits;
     });
   } finally {
     await restore();
     http.close();
+    resultHttp.close();
   }
 }
 
-async function run(options: LoadOptions, http: HttpClient, admin: AdminApi, rememberLimits: (limits: Limits) => void): Promise<number> {
+async function run(
+  options: LoadOptions,
+  { http, resultHttp }: { http: HttpClient; resultHttp: HttpClient },
+  admin: AdminApi,
+  rememberLimits: (limits: Limits) => void,
+): Promise<number> {
   let goods: RunGoods;
   if (options.stock !== undefined) {
     const created = await admin.createGoods({
@@ -136,6 +147,7 @@ async function run(options: LoadOptions, http: HttpClient, admin: AdminApi, reme
   let previous: Progress | undefined;
   const load = await runShopperLoad({
     http,
+    resultHttp,
     goodsId: goods.goodsId,
     shoppers,
     concurrency: options.concurrency,
@@ -146,6 +158,7 @@ async function run(options: LoadOptions, http: HttpClient, admin: AdminApi, reme
     malformed: options.malformed,
     quantity: options.quantity,
     lookahead: options.lookahead,
+    resultWaitS: options.resultWaitS,
     pollIntervalMs: options.pollIntervalMs,
     settleTimeoutMs: options.settleTimeoutMs,
     turnstileToken: options.turnstileToken,
@@ -161,7 +174,15 @@ async function run(options: LoadOptions, http: HttpClient, admin: AdminApi, reme
   }
   const orders = await verifyOrders(http, goods.goodsId, load.accepted, load.acceptedJwts, options.concurrency);
   const verdict = loadVerdict({ stats, atRest, load, orders, createdGoods: goods.created, quantity: options.quantity, outsiderTokens });
-  const report = loadReport({ options, goods, shoppers: shoppers.length, load, stats, verdict, staleRetries: http.staleRetries });
+  const report = loadReport({
+    options,
+    goods,
+    shoppers: shoppers.length,
+    load,
+    stats,
+    verdict,
+    staleRetries: http.staleRetries + resultHttp.staleRetries,
+  });
   process.stdout.write(options.json ? `${JSON.stringify(report, null, 2)}\n` : `\n${formatLoadReport(report)}\n`);
   return verdict.ok ? 0 : 1;
 }

@@ -7,17 +7,21 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startWorkerStack } from '../../scripts/lib/miniflare-stack.ts';
 import { tsNode } from '../../scripts/lib/run-ts.ts';
+import { parsePrometheus } from '../../web/src/admin/prometheus.ts';
+import { RESULT_WAIT_SECONDS } from '../../web/src/shopper/pacing.ts';
+import { MAX_RESULT_WAIT_SECONDS } from '../../workers/kernel/contract.ts';
 
 type Stack = Awaited<ReturnType<typeof startWorkerStack>>;
 type Check = { name: string; ok: boolean; detail: string };
 type Steps = Record<string, { count: number; p50Ms: number | null; p99Ms: number | null; outcomes: Record<string, number> }>;
 type Report = {
+  options: { resultWaitS: number; pollIntervalMs: number };
   goods: { goodsId: number; created: boolean; stock: number };
   throughput: { requests: number; requestsPerSec: number; attempts: number };
   steps: Steps;
-  outcomes: { accepted: number; success: number; fail: number; unresolved: number; soldOut: number };
+  outcomes: { accepted: number; resultReadsPerAccepted: number | null; success: number; fail: number; unresolved: number; soldOut: number };
   idempotency: { retries: number; mismatches: number };
-  stats: { totalStock: number; doRemaining: number; dbStock: number; orders: Record<string, number> };
+  stats: { totalStock: number; doRemaining: number; dbStock: number; mirror: string; orders: Record<string, number> };
   invariants: { ok: boolean; oversold: number; lost: number; checks: Check[] };
 };
 
@@ -46,6 +50,20 @@ function loadtest(args: string[]): Promise<{ code: number; stdout: string; stder
   });
 }
 
+/**
+ * Result reads the Worker answered with a result so far, held for the final answer (`?wait=`) and
+ * plain, from its metrics (a malformed request's 4xx on the result route is not one).
+ */
+async function resultReads(stack: Stack): Promise<{ held: number; plain: number }> {
+  const res = await fetch(`${stack.url}/admin/metrics`, { headers: { authorization: `Bearer ${stack.adminToken}` } });
+  expect(res.status).toBe(200);
+  const samples = parsePrometheus(await res.text()).filter(
+    (s) => s.name === 'seckill_http_requests_total' && s.labels.method === 'GET' && s.labels.outcome === 'ok',
+  );
+  const count = (route: string) => samples.filter((s) => s.labels.route === route).reduce((n, s) => n + s.value, 0);
+  return { held: count('/api/seckill/result/:requestId?wait'), plain: count('/api/seckill/result/:requestId') };
+}
+
 describe('npm run loadtest', () => {
   let stack: Stack;
 
@@ -58,6 +76,7 @@ describe('npm run loadtest', () => {
   });
 
   it('sells exactly the stock to 300 shoppers with duplicates, retries and bad input, and says the invariants hold', async () => {
+    const before = await resultReads(stack);
     const run = await loadtest([
       '--url',
       stack.url,
@@ -99,6 +118,17 @@ describe('npm run loadtest', () => {
     expect(report.idempotency.retries).toBeGreaterThan(0);
     expect(report.idempotency.mismatches).toBe(0);
     expect(report.throughput.requestsPerSec).toBeGreaterThan(0);
+    // Every result read asked to be held for the final answer, as the shopper page asks.
+    expect(report.options.resultWaitS).toBe(RESULT_WAIT_SECONDS);
+    const after = await resultReads(stack);
+    expect(after.plain - before.plain).toBe(0);
+    expect(after.held - before.held).toBeGreaterThanOrEqual(report.outcomes.accepted);
+    if (report.stats.mirror === 'off') {
+      // Without the mirror the stock object held each read until its order was written (the
+      // local queue takes a batch within a second, well inside the wait): about one per purchase.
+      // The mirror answers QUEUED at once, so there the reads follow the consumer's pace.
+      expect(report.outcomes.resultReadsPerAccepted).toBeLessThanOrEqual(1.5);
+    }
     // Progress goes to stderr, once a second, and the limits are put back afterwards.
     expect(run.stderr).toContain('Limits restored.');
     const limits = await fetch(`${stack.url}/admin/limits`, { headers: { authorization: `Bearer ${stack.adminToken}` } });
@@ -134,6 +164,37 @@ describe('npm run loadtest', () => {
     expect(report.stats).toMatchObject({ totalStock: 40, doRemaining: 0, dbStock: 0 });
     expect(report.stats.orders.PENDING_PAYMENT).toBe(40);
     expect(run.stderr).toContain('Allowlist: 60 shoppers loaded');
+  });
+
+  it('with --result-wait 0 reads each result at once, every --poll-interval until it is final', async () => {
+    const before = await resultReads(stack);
+    const run = await loadtest([
+      '--url',
+      stack.url,
+      '--admin-token',
+      stack.adminToken,
+      '--stock',
+      '10',
+      '--users',
+      '20',
+      '--concurrency',
+      '10',
+      '--result-wait',
+      '0',
+      '--poll-interval',
+      '50',
+      '--raise-limits',
+      '--json',
+    ]);
+    expect(run.code, whyFailed(run)).toBe(0);
+    const report = JSON.parse(run.stdout) as Report;
+    expect(report.outcomes).toMatchObject({ accepted: 10, success: 10, fail: 0, unresolved: 0 });
+    const after = await resultReads(stack);
+    expect(after.held - before.held).toBe(0);
+    // A read sent at once after the 202 comes before the order can be written (the object sends
+    // its outbox after a pause, the queue gathers a batch), so every purchase takes two or more.
+    expect(after.plain - before.plain).toBeGreaterThanOrEqual(2 * report.outcomes.accepted);
+    expect(report.outcomes.resultReadsPerAccepted).toBeGreaterThanOrEqual(2);
   });
 
   it('fails, with exit status 1, when Postgres disagrees with the goods object', async () => {
@@ -194,5 +255,22 @@ describe('npm run loadtest', () => {
     expect(run.code).toBe(2);
     expect(run.stderr).toContain('give either --stock');
     expect(run.stderr).toContain('Usage: npm run loadtest');
+  });
+
+  it('refuses a result wait the Worker would not hold, with exit status 2', async () => {
+    const run = await loadtest([
+      '--url',
+      stack.url,
+      '--admin-token',
+      stack.adminToken,
+      '--stock',
+      '1',
+      '--result-wait',
+      String(MAX_RESULT_WAIT_SECONDS + 1),
+    ]);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain(
+      `--result-wait must be an integer between 0 and ${MAX_RESULT_WAIT_SECONDS}, got ${MAX_RESULT_WAIT_SECONDS + 1}`,
+    );
   });
 });

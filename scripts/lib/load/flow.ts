@@ -2,7 +2,8 @@
 //
 //   prepare  POST .../challenge, answer it, POST .../token  -> a ready shopper (token + hidden path)
 //   buy      POST /api/seckill/do/:path with an Idempotency-Key (maybe sent twice: a retry)
-//   poll     GET /api/seckill/result/:requestId until SUCCESS or FAIL (its own small pool)
+//   follow   GET /api/seckill/result/:requestId?wait=N until SUCCESS or FAIL, one follow per
+//            accepted purchase, as each shopper page follows its own (on a client of its own)
 //
 // Purchase tokens live 60 s, so they are never made far ahead: before the doors open the
 // shoppers of the first wave (`lookahead` of them) answer their challenge, as a crowd waiting
@@ -20,11 +21,18 @@ import { sameAnswer } from './replay.ts';
 import { type Attempt, attemptPlan, challengeAnswer, type Shopper } from './shoppers.ts';
 
 const TOKEN_MAX_AGE_MS = 40_000;
+/** Past its wait, a held result read is given as long to answer as the shopper page gives it (buy.ts). */
+const HELD_READ_GRACE_S = 15;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const bearer = (jwt: string) => ({ authorization: `Bearer ${jwt}` });
 
 export type LoadOptions = {
   http: HttpClient;
+  /**
+   * The accepted purchases' result reads go out on this client: a held read keeps its socket for
+   * up to its wait, and must not take one a purchase needs.
+   */
+  resultHttp: HttpClient;
   goodsId: number;
   shoppers: Shopper[];
   concurrency: number;
@@ -36,6 +44,9 @@ export type LoadOptions = {
   /** Units each purchase asks for (1: the body names none, as before sale rules). */
   quantity: number;
   lookahead: number;
+  /** Each result read asks the server to hold a QUEUED answer this long for the final one (`?wait=`); 0: plain reads. */
+  resultWaitS: number;
+  /** A result read starts this long after the one before it was sent (at once after a held read that took longer). */
   pollIntervalMs: number;
   settleTimeoutMs: number;
   turnstileToken?: string | undefined;
@@ -50,10 +61,11 @@ export type Progress = {
   ready: number;
   purchases: Counts;
   accepted: number;
+  /** Accepted purchases whose result is not final yet. */
   unresolved: number;
 };
 
-/** An accepted purchase and what its result polls said. */
+/** An accepted purchase and what its result reads said. */
 export type AcceptedPurchase = {
   requestId: string;
   userId: string;
@@ -79,10 +91,14 @@ export type LoadResult = {
   idempotency: Idempotency;
 };
 
-/** Who tries next, and whether they tried before. */
 /** A shopper with a purchase token, waiting to buy. */
 type Ready = Attempt & { token: string; path: string; at: number; key: string };
-type Pending = AcceptedPurchase & { jwt: string; nextPollAt: number };
+type Pending = AcceptedPurchase & { jwt: string };
+
+/** How long a result read may take before it is counted a timeout: a held one its wait, then the page's grace. */
+export function resultReadTimeoutMs(waitS: number, timeoutMs: number): number {
+  return waitS > 0 ? Math.max(timeoutMs, (waitS + HELD_READ_GRACE_S) * 1000) : timeoutMs;
+}
 
 /** Runs the load and returns what every request answered. */
 export async function runShopperLoad(o: LoadOptions): Promise<LoadResult> {
@@ -98,24 +114,28 @@ export async function runShopperLoad(o: LoadOptions): Promise<LoadResult> {
   const accepted = new Map<string, Pending>();
   const idempotency: Idempotency = { retries: 0, notCompared: 0, mismatches: 0, examples: [] };
   const ready: Ready[] = [];
-  // Accepted requests waiting for their next result poll; in due order, as all wait the same interval.
-  const pollQueue: Pending[] = [];
-  let polling = 0;
+  // Every accepted purchase's follow, until its result is final or the settle deadline passes.
+  const following = new Set<Promise<void>>();
+  // Follows waiting out the interval before their next read, woken when the deadline is set.
+  const pausing = new Set<() => void>();
+  let unresolved = 0;
+  let settleUntil = Number.POSITIVE_INFINITY;
   let preparing = 0;
   let inFlight = 0;
-  let loadDone = false;
   let openedAt = 0;
   let closedAt = 0;
   let requests = 0;
   let attemptsDone = 0;
 
+  const record = (step: StepName, answer: Answer): Answer => {
+    requests++;
+    steps[step].record(answer.ms, outcomeKey(answer));
+    return answer;
+  };
   const send = async (step: StepName, fn: () => Promise<Answer>): Promise<Answer> => {
     inFlight++;
     try {
-      const answer = await fn();
-      requests++;
-      steps[step].record(answer.ms, outcomeKey(answer));
-      return answer;
+      return record(step, await fn());
     } finally {
       inFlight--;
     }
@@ -165,15 +185,65 @@ export async function runShopperLoad(o: LoadOptions): Promise<LoadResult> {
   function noteAccepted(slot: Ready, answer: Answer): void {
     const requestId = answer.status === 202 ? read.queued(answer.json)?.requestId : undefined;
     if (requestId !== undefined && !accepted.has(requestId)) {
-      const entry: Pending = {
-        requestId,
-        userId: slot.shopper.userId,
-        jwt: slot.shopper.jwt,
-        status: 'QUEUED',
-        nextPollAt: Date.now() + o.pollIntervalMs,
-      };
+      const entry: Pending = { requestId, userId: slot.shopper.userId, jwt: slot.shopper.jwt, status: 'QUEUED' };
       accepted.set(requestId, entry);
-      pollQueue.push(entry);
+      unresolved++;
+      const run: Promise<void> = follow(entry).finally(() => following.delete(run));
+      following.add(run);
+    }
+  }
+
+  /**
+   * One accepted purchase's result, read as its shopper page reads it: at once after the 202,
+   * each read held up to `resultWaitS` for the final answer, the next one starting
+   * `pollIntervalMs` after the last was sent (so at once after a read held that long), until
+   * SUCCESS or FAIL or the settle deadline. A read in flight at the deadline is awaited: a
+   * held one answers within its wait.
+   */
+  async function follow(entry: Pending): Promise<void> {
+    const path = `/api/seckill/result/${entry.requestId}${o.resultWaitS > 0 ? `?wait=${o.resultWaitS}` : ''}`;
+    for (;;) {
+      if (Date.now() > settleUntil) {
+        return;
+      }
+      const sentAt = Date.now();
+      const answer = record('result', await o.resultHttp.get(path, { headers: bearer(entry.jwt) }));
+      const result = read.result(answer.json);
+      if (answer.status === 200 && result && (result.status === 'SUCCESS' || result.status === 'FAIL')) {
+        entry.status = result.status;
+        entry.orderId = result.orderId;
+        entry.reason = result.reason;
+        unresolved--;
+        return;
+      }
+      await pauseUntil(sentAt + o.pollIntervalMs);
+    }
+  }
+
+  /** Sleeps until `at`, or less when the settle deadline comes first (the follow then ends). */
+  async function pauseUntil(at: number): Promise<void> {
+    for (;;) {
+      const ms = Math.min(at, settleUntil + 1) - Date.now();
+      if (ms <= 0) {
+        return;
+      }
+      await new Promise<void>((resolve) => {
+        const wake = () => {
+          clearTimeout(timer);
+          pausing.delete(wake);
+          resolve();
+        };
+        const timer = setTimeout(wake, ms);
+        pausing.add(wake);
+      });
+    }
+  }
+
+  /** From now on no follow reads again after `at`; the ones pausing look at the new deadline. */
+  function settleBy(at: number): void {
+    settleUntil = at;
+    for (const wake of [...pausing]) {
+      wake();
     }
   }
 
@@ -254,33 +324,6 @@ export async function runShopperLoad(o: LoadOptions): Promise<LoadResult> {
     }
   }
 
-  // Results are polled by their own pool, as each shopper page polls its own request.
-  async function pollLoop(stopAt: () => number): Promise<void> {
-    for (;;) {
-      const head = pollQueue[0];
-      if (!head || head.nextPollAt > Date.now()) {
-        if (loadDone && ((pollQueue.length === 0 && polling === 0) || Date.now() > stopAt())) {
-          return;
-        }
-        await sleep(head ? Math.min(50, head.nextPollAt - Date.now()) : 20);
-        continue;
-      }
-      pollQueue.shift();
-      polling++;
-      const answer = await send('result', () => o.http.get(`/api/seckill/result/${head.requestId}`, { headers: bearer(head.jwt) }));
-      polling--;
-      const result = read.result(answer.json);
-      if (answer.status === 200 && result && (result.status === 'SUCCESS' || result.status === 'FAIL')) {
-        head.status = result.status;
-        head.orderId = result.orderId;
-        head.reason = result.reason;
-      } else {
-        head.nextPollAt = Date.now() + o.pollIntervalMs;
-        pollQueue.push(head);
-      }
-    }
-  }
-
   // The crowd before the doors open: the first wave answers its captcha first.
   const started = Date.now();
   const wave = Math.max(1, o.lookahead);
@@ -302,20 +345,17 @@ export async function runShopperLoad(o: LoadOptions): Promise<LoadResult> {
     plan.setDeadline(openedAt + o.durationS * 1000);
   }
   const ticker = setInterval(() => o.onTick?.(progress()), 1000);
-  let settleUntil = Number.POSITIVE_INFINITY;
-  const pollers = Array.from({ length: Math.max(1, Math.ceil(o.concurrency / 10)) }, () => pollLoop(() => settleUntil));
   try {
     await Promise.all(Array.from({ length: o.concurrency }, shopperLoop));
     closedAt = Date.now();
-    settleUntil = closedAt + o.settleTimeoutMs;
+    settleBy(closedAt + o.settleTimeoutMs);
   } catch (error) {
-    settleUntil = 0;
+    settleBy(0);
     throw error;
   } finally {
-    // On a failure too: the pollers must end, or the process never would.
-    loadDone = true;
+    // On a failure too: the follows must end, or the process never would.
     clearInterval(ticker);
-    await Promise.all(pollers);
+    await Promise.all(following);
   }
 
   function progress(): Progress {
@@ -327,7 +367,7 @@ export async function runShopperLoad(o: LoadOptions): Promise<LoadResult> {
       ready: ready.length,
       purchases: { ...steps.purchase.outcomes },
       accepted: accepted.size,
-      unresolved: pollQueue.length + polling,
+      unresolved,
     };
   }
 
@@ -346,7 +386,7 @@ export async function runShopperLoad(o: LoadOptions): Promise<LoadResult> {
       malformed: steps.malformed.summary(),
     },
     malformedByKind,
-    accepted: [...accepted.values()].map(({ jwt: _jwt, nextPollAt: _n, ...r }) => r),
+    accepted: [...accepted.values()].map(({ jwt: _jwt, ...r }) => r),
     acceptedJwts: new Map([...accepted.values()].map((r) => [r.requestId, r.jwt])),
     idempotency,
   };

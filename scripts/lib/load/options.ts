@@ -2,11 +2,13 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { RESULT_WAIT_SECONDS } from '../../../web/src/shopper/pacing.ts';
+import { MAX_RESULT_WAIT_SECONDS } from '../../../workers/kernel/contract.ts';
 
 export const USAGE = `Usage: npm run loadtest -- --url <deployment> [options]
 
-Drives a running deployment through the shopper flow (challenge, token, purchase, result
-polling) and checks the invariants through the admin stats afterwards.
+Drives a running deployment through the shopper flow (challenge, token, purchase, its result
+read until final) and checks the invariants through the admin stats afterwards.
 
   --url URL              the deployment, e.g. http://127.0.0.1:8787 or https://sale.example.com
   --stock N              create a goods with N units for this run (needs the admin token)
@@ -30,9 +32,13 @@ polling) and checks the invariants through the admin stats afterwards.
                          come from this machine's address), and restore them afterwards
   --turnstile-token T    answer Turnstile challenges with T (Turnstile's test keys accept any)
   --lookahead N          shoppers with a fresh token waiting to buy (default: --concurrency)
-  --poll-interval MS     result polling interval (default 1000)
+  --result-wait S        each result read asks the server to hold a QUEUED answer up to S seconds
+                         for the final one, as the shopper page does (0-${MAX_RESULT_WAIT_SECONDS}, default ${RESULT_WAIT_SECONDS});
+                         0: plain reads, answered at once
+  --poll-interval MS     the next result read starts MS after the last was sent (default 1000)
   --settle-timeout S     how long to wait for the queue to drain afterwards (default 60)
-  --timeout MS           per-request timeout (default 10000)
+  --timeout MS           per-request timeout (default 10000; a held result read has its wait
+                         and 15 s more when that is longer)
   --json                 print the report as JSON on stdout (progress stays on stderr)
   --help
 
@@ -66,6 +72,7 @@ const OPTIONS = {
   'raise-limits': { type: 'boolean' },
   'turnstile-token': { type: 'string' },
   lookahead: { type: 'string' },
+  'result-wait': { type: 'string' },
   'poll-interval': { type: 'string' },
   'settle-timeout': { type: 'string' },
   timeout: { type: 'string' },
@@ -178,6 +185,7 @@ function loadSettings(values: Values) {
     raiseLimits: values['raise-limits'] ?? false,
     turnstileToken: values['turnstile-token'],
     lookahead: number(values.lookahead, 'lookahead', { min: 1, max: 100_000 }) ?? concurrency,
+    resultWaitS: number(values['result-wait'], 'result-wait', { max: MAX_RESULT_WAIT_SECONDS }) ?? RESULT_WAIT_SECONDS,
     pollIntervalMs: number(values['poll-interval'], 'poll-interval', { min: 50, max: 60_000 }) ?? 1000,
     settleTimeoutMs: (number(values['settle-timeout'], 'settle-timeout', { min: 1, max: 3600 }) ?? 60) * 1000,
     timeoutMs: number(values.timeout, 'timeout', { min: 100, max: 600_000 }) ?? 10_000,

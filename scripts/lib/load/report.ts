@@ -14,7 +14,7 @@ const STEP_NAMES: Record<StepName, string> = {
   token: 'token',
   purchase: 'purchase',
   retry: 'purchase retry',
-  result: 'result poll',
+  result: 'result read',
   malformed: 'malformed',
 };
 
@@ -38,6 +38,7 @@ export function loadReport({
 }) {
   const seconds = load.loadMs / 1000;
   const purchases = load.steps.purchase;
+  const accepted = load.accepted.length;
   return {
     tool: 'edge-seckill loadtest',
     version: 1,
@@ -54,6 +55,8 @@ export function loadReport({
       quantity: options.quantity,
       allowlist: options.allowlist,
       lookahead: options.lookahead,
+      resultWaitS: options.resultWaitS,
+      pollIntervalMs: options.pollIntervalMs,
       raiseLimits: options.raiseLimits,
       jwtSource: options.jwtFile ? 'file' : 'dev-token',
     },
@@ -70,7 +73,12 @@ export function loadReport({
     steps: load.steps,
     malformedByKind: load.malformedByKind,
     outcomes: {
-      accepted: load.accepted.length,
+      accepted,
+      /**
+       * Result reads per accepted purchase, until final or the settle deadline: about 1 when each
+       * read is held for the final answer (the Redis mirror answers QUEUED at once, so more there).
+       */
+      resultReadsPerAccepted: accepted > 0 ? round(load.steps.result.count / accepted, 2) : null,
       success: load.accepted.filter((r) => r.status === 'SUCCESS').length,
       fail: load.accepted.filter((r) => r.status === 'FAIL').length,
       unresolved: load.accepted.filter((r) => r.status === 'QUEUED').length,
@@ -114,6 +122,12 @@ export function formatLoadReport(r: LoadReport): string {
     `Accepted ${fmt(o.accepted)} (SUCCESS ${fmt(o.success)}, FAIL ${fmt(o.fail)}, unresolved ${fmt(o.unresolved)}); ` +
       `sold out ${fmt(o.soldOut)}, already purchased ${fmt(o.alreadyPurchased)}, busy ${fmt(o.busy)}, rate limited ${fmt(o.rateLimited)}`,
   );
+  if (o.resultReadsPerAccepted !== null) {
+    const held = r.options.resultWaitS > 0 ? `held up to ${r.options.resultWaitS} s each` : 'answered at once';
+    lines.push(
+      `Result reads: ${fmt(o.resultReadsPerAccepted, 2)} per accepted purchase (${held}, started at least ${fmt(r.options.pollIntervalMs)} ms apart)`,
+    );
+  }
   const s = r.stats;
   if (s) {
     lines.push(
