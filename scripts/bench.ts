@@ -15,6 +15,7 @@ import {
   measureInsertFloor,
   orderMessages,
 } from './lib/bench/consumer.ts';
+import { heldReadsPhase } from './lib/bench/held-reads.ts';
 import { benchInvariants } from './lib/bench/invariants.ts';
 import { benchSecrets, shopperMinter } from './lib/bench/mint.ts';
 import { byClass, countCalls, objectCallsApi } from './lib/bench/objects.ts';
@@ -104,6 +105,7 @@ async function bench(o: BenchOptions) {
       scriptPath: bundle.scriptPath,
       phase,
       clientHeaders,
+      pauseConsumer: consumerPause(http, stack.adminToken),
       say,
     };
 
@@ -194,7 +196,7 @@ async function bench(o: BenchOptions) {
       databaseUrl: stack.services.databaseUrl,
       goodsId: backlogGoods.goodsId,
       messages,
-      pauseConsumer: consumerPause(http, stack.adminToken),
+      pauseConsumer: ctx.pauseConsumer,
     });
     const backlogEnded = Date.now();
     say('Insert floor again...');
@@ -208,6 +210,8 @@ async function bench(o: BenchOptions) {
     const acceptedPerSec = round(acceptedInPhase.size / Math.max(purchase.durationS, 0.001));
     const sharded = o.shards > 0 ? await profiled('shards', () => shardPhase(ctx, { acceptedPerSec, shoppers: count })) : undefined;
     const line = o.queueShoppers > 0 ? await queuePhase(ctx) : undefined;
+    // With the mirror on its QUEUED answers every read at once: nothing is held.
+    const heldReads = o.heldReads > 0 && !o.redisUrl ? await heldReadsPhase(ctx) : undefined;
     const classic = await classicPhase(ctx, count);
 
     say('Invariants...');
@@ -221,6 +225,7 @@ async function bench(o: BenchOptions) {
         ...(delayed?.goods ?? []),
         ...(sharded?.goods ?? []),
         ...(line?.goods ?? []),
+        ...(heldReads?.goods ?? []),
       ],
       settleTimeoutMs: 120_000,
     });
@@ -248,6 +253,7 @@ async function bench(o: BenchOptions) {
         objectDelayMs: o.objectDelayMs,
         shards: o.shards,
         queueShoppers: o.queueShoppers,
+        heldReads: o.heldReads,
         admitPerSecond: o.admitPerSecond,
         redis: Boolean(o.redisUrl),
         limits,
@@ -285,6 +291,7 @@ async function bench(o: BenchOptions) {
       objectDelay: delayed?.result ?? null,
       shards: sharded?.result ?? null,
       queue: line?.result ?? null,
+      heldReads: heldReads?.result ?? null,
       classic,
       invariants,
       workerEvents: events(),

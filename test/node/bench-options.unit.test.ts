@@ -37,6 +37,21 @@ describe('the open-file check of the queue phase', () => {
     expect(() => checkOpenFiles({ queueShoppers: 0, connections: 100 }, 1_024)).not.toThrow();
   });
 
+  it('refuses more held result reads than the limit holds, apart from the live channels of the other phase', () => {
+    expect(() => checkOpenFiles({ queueShoppers: 0, heldReads: 20_000, connections: 100 }, 20_000)).toThrow(
+      /--held-reads 20000 holds that many held result reads.*about 21100 open files.*--held-reads 18900 or fewer/,
+    );
+    // The two phases run one after the other: each needs its own sockets, not their sum.
+    expect(() => checkOpenFiles({ queueShoppers: 18_900, heldReads: 18_900, connections: 100 }, 20_000)).not.toThrow();
+    const held = (args: string[]) => {
+      const parsed = parseBenchOptions(args);
+      return 'heldReads' in parsed ? parsed.heldReads : 'help';
+    };
+    expect(held([])).toBe(5_000);
+    expect(held(['--held-reads', '0'])).toBe(0);
+    expect(() => held(['--held-reads', '-1'])).toThrow(/held-reads/);
+  });
+
   it('takes the default phase on this machine', () => {
     expect(parseBenchOptions([]).help).toBeUndefined();
   });

@@ -69,6 +69,15 @@ type Result = {
     purchasesPerCall: number | null;
     objectCalls: Record<string, Record<string, { calls: number; items: number }>>;
   };
+  heldReads: {
+    reads: number;
+    held: number;
+    heapBytesPerRead: number | null;
+    sampledBytesPerRead: { object: number; worker: number; runtime: number } | null;
+    readsPer128Mb: number | null;
+    allFinal: boolean;
+    outcomes: Record<string, number>;
+  };
   queue: {
     shoppers: number;
     joined: number;
@@ -98,7 +107,7 @@ describe('npm run bench', () => {
     out = await mkdtemp(join(tmpdir(), 'edge-seckill-bench-'));
     const args = [
       ...['--duration', '2', '--warmup', '1', '--connections', '20', '--consumer-messages', '500'],
-      ...['--queue-shoppers', '60', '--admit-per-second', '100', '--out', out, '--json', '--profile'],
+      ...['--queue-shoppers', '60', '--admit-per-second', '100', '--held-reads', '200', '--out', out, '--json', '--profile'],
     ];
     if (process.env.TEST_DATABASE_URL) {
       args.push('--database-url', process.env.TEST_DATABASE_URL);
@@ -232,7 +241,14 @@ describe('npm run bench', () => {
     // The room's own delays as its coordinator measured them, from the stats.
     expect(printed).toContain("the room's measured delays");
     expect(latest.queue.measured).toHaveProperty('frontLagMs');
-    for (const name of ['8 shards', '1 shard, after the shards', 'waiting room', 'object delay 50 ms', 'object CPU']) {
+    // Every held read was held at once in its stock shard and answered SUCCESS once the consumer
+    // resumed; what they held of the isolate's heap was measured, the object's part apart.
+    expect(latest.heldReads).toMatchObject({ reads: 200, held: 200, allFinal: true, outcomes: { SUCCESS: 200 } });
+    expect(latest.heldReads.heapBytesPerRead).toBeGreaterThan(0);
+    expect(latest.heldReads.sampledBytesPerRead?.object).toBeGreaterThan(0);
+    expect(latest.heldReads.readsPer128Mb).toBeGreaterThan(0);
+    expect(printed).toContain('Held result reads: 200 of 200 held at once');
+    for (const name of ['8 shards', '1 shard, after the shards', 'waiting room', 'object delay 50 ms', 'object CPU', 'held result reads']) {
       expect(latest.invariants.checks.filter((c) => c.goods === name).length).toBeGreaterThan(0);
     }
     if (!('skipped' in latest.classic)) {

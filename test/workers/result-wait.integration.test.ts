@@ -21,6 +21,7 @@ import {
   scrape,
   setFaults,
   settled,
+  stats,
   stockObject,
   stockSnapshot,
 } from './helpers';
@@ -150,6 +151,8 @@ describe('result reads held for the final answer', () => {
     );
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect((await stockSnapshot(goodsId)).heldResultReads).toBe(4);
+    // The stats say so too, for an operator (and the bench's held-read phase).
+    expect(await stats(goodsId)).toMatchObject({ heldResultReads: 4 });
     const answered = (await Promise.all(reads)).map((r) => r.ms).sort((a, b) => a - b);
     expect((await stockSnapshot(goodsId)).heldResultReads).toBe(0);
     // The fifth is answered at once; the four others at the end of their wait.

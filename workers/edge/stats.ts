@@ -33,6 +33,8 @@ export type GoodsStats = {
   shards: ShardStock[];
   /** Calls between the goods' shards (leases and give-backs) since their objects last started; 0 with one shard. */
   poolCalls: number;
+  /** Shoppers' result reads its stock shards hold now, waiting for their orders to be written (`?wait=`). */
+  heldResultReads: number;
 };
 
 /**
@@ -96,5 +98,6 @@ export async function goodsStats(env: Env, config: Config, goodsId: number): Pro
     queue,
     shards,
     poolCalls: snapshot?.poolCalls ?? 0,
+    heldResultReads: snapshot?.heldResultReads ?? 0,
   };
 }

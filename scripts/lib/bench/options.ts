@@ -40,6 +40,9 @@ a redis-server and PostgreSQL answer), the targets, and the invariants afterward
                            joins' pace here, so the line holds and the room's own rate shows)
   --room-shards N          shards of the waiting room's goods (1-128; default: the goods' default, 32)
   --queue-stock-shards N   stock shards of the waiting room's goods (1-64; default 1)
+  --held-reads N           shoppers' result reads held in one stock shard at once, the order consumer
+                           paused, for their heap and how soon the orders answer them (default 5000;
+                           0: no phase; skipped with --redis-url, whose mirror answers them at once)
   --join-with-post         queue shoppers join with POST .../queue and then open the live channel with
                            their ticket (two requests to their shard) instead of GET .../live?join=1
   --no-classic             skip the classic stack (default: run it when a redis-server, at
@@ -82,6 +85,7 @@ const OPTIONS = {
   'room-shards': { type: 'string' },
   'queue-stock-shards': { type: 'string' },
   'admit-per-second': { type: 'string' },
+  'held-reads': { type: 'string' },
   'no-classic': { type: 'boolean' },
   help: { type: 'boolean' },
 } as const;
@@ -117,17 +121,23 @@ export function openFileLimit(limits = '/proc/self/limits'): number | undefined 
  * in the load generator: more shoppers than the open-file limit allows made workerd abort on
  * `accept: Too many open files` mid-phase. Refused up front instead, with what to change.
  */
-export function checkOpenFiles(o: { queueShoppers: number; connections: number }, limit: number | undefined): void {
-  const need = o.queueShoppers + o.connections + FILES_BESIDE_SOCKETS;
-  if (o.queueShoppers === 0 || limit === undefined || need <= limit) {
-    return;
+export function checkOpenFiles(o: { queueShoppers: number; heldReads?: number; connections: number }, limit: number | undefined): void {
+  const most = limit === undefined ? 0 : Math.max(0, limit - o.connections - FILES_BESIDE_SOCKETS);
+  // The two phases run one after the other: each needs its own sockets only.
+  for (const [option, open, what] of [
+    ['queue-shoppers', o.queueShoppers, 'live connections'],
+    ['held-reads', o.heldReads ?? 0, 'held result reads'],
+  ] as const) {
+    const need = open + o.connections + FILES_BESIDE_SOCKETS;
+    if (open === 0 || limit === undefined || need <= limit) {
+      continue;
+    }
+    throw new UsageError(
+      `--${option} ${open} holds that many ${what} open at once, each a socket in workerd and in ` +
+        `the load generator: about ${need} open files, and this shell allows ${limit} (ulimit -n). ` +
+        `Raise the limit (ulimit -n ${Math.ceil(need / 1024) * 1024}) or use --${option} ${most} or fewer.`,
+    );
   }
-  const most = Math.max(0, limit - o.connections - FILES_BESIDE_SOCKETS);
-  throw new UsageError(
-    `--queue-shoppers ${o.queueShoppers} holds that many live connections open at once, each a socket in workerd and in ` +
-      `the load generator: about ${need} open files, and this shell allows ${limit} (ulimit -n). ` +
-      `Raise the limit (ulimit -n ${Math.ceil(need / 1024) * 1024}) or use --queue-shoppers ${most} or fewer.`,
-  );
 }
 
 function benchSettings(values: Values) {
@@ -157,6 +167,7 @@ function benchSettings(values: Values) {
     admitPerSecond: intOption(values['admit-per-second'], 'admit-per-second', 1, 100_000) ?? 200,
     roomShards: intOption(values['room-shards'], 'room-shards', 1, 128),
     queueStockShards: intOption(values['queue-stock-shards'], 'queue-stock-shards', 1, 64) ?? 1,
+    heldReads: intOption(values['held-reads'], 'held-reads', 0, 100_000) ?? 5_000,
     joinWithPost: values['join-with-post'] ?? false,
     classic: !(values['no-classic'] ?? false),
   };

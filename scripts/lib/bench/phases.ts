@@ -43,6 +43,8 @@ export type BenchContext = {
   phase: (extra: Partial<PhaseOptions>) => Promise<PhaseResult>;
   /** Headers every request of the run carries (the client address Cloudflare's edge would set). */
   clientHeaders: Record<string, string>;
+  /** Pauses the order consumer for `seconds` (0: resumes it). */
+  pauseConsumer: (seconds: number) => Promise<void>;
   say: (line: string) => void;
 };
 export type CheckedGoods = { name: string; goodsId: number; accepted: Set<string> };

@@ -17,20 +17,25 @@ export type ProfileSummary = { sampledMs: number; busyPct: number; self: Profile
 export type Profiler = {
   start(): Promise<unknown>;
   stop(): Promise<CpuProfile>;
-  /** Starts V8's sampling heap profiler, counting what the collections took too. */
-  startAllocations(): Promise<unknown>;
+  /**
+   * Starts V8's sampling heap profiler, counting what the collections took too; with `liveOnly`,
+   * only what is still alive when it stops (what a phase holds), sampled every `intervalBytes`.
+   */
+  startAllocations(options?: { liveOnly?: boolean; intervalBytes?: number }): Promise<unknown>;
   /** Stops it: the bytes the isolate allocated since startAllocations (V8's estimate from its samples), and the profile. */
   stopAllocations(): Promise<{ bytes: number; profile: HeapProfile }>;
+  /** Bytes alive in the isolate's heap after a full collection (what an object's memory limit counts). */
+  heapUsedAfterGc(): Promise<number>;
   close(): void;
 };
 
-/** The sampling heap profiler's tree, as far as the sum reads it. */
-type HeapNode = { selfSize: number; children?: HeapNode[] };
+/** The sampling heap profiler's tree, as far as the sums read it. */
+export type HeapNode = { selfSize: number; callFrame?: { url: string; lineNumber: number }; children?: HeapNode[] };
 /** V8's sampling heap profile (HeapProfiler.stopSampling); saved as .heapprofile, which DevTools opens. */
 export type HeapProfile = { head: HeapNode };
 
 /** Bytes in a sampling heap profile's tree: each node's selfSize is V8's estimate for its site. */
-function heapBytes(node: HeapNode): number {
+export function heapBytes(node: HeapNode): number {
   let bytes = node.selfSize;
   for (const child of node.children ?? []) {
     bytes += heapBytes(child);
@@ -87,15 +92,20 @@ export async function connectProfiler(port: number): Promise<Profiler> {
       const { profile } = (await send('Profiler.stop')) as { profile: CpuProfile };
       return profile;
     },
-    startAllocations: () =>
+    startAllocations: ({ liveOnly = false, intervalBytes = HEAP_SAMPLING_INTERVAL_BYTES } = {}) =>
       send('HeapProfiler.startSampling', {
-        samplingInterval: HEAP_SAMPLING_INTERVAL_BYTES,
-        includeObjectsCollectedByMajorGC: true,
-        includeObjectsCollectedByMinorGC: true,
+        samplingInterval: intervalBytes,
+        includeObjectsCollectedByMajorGC: !liveOnly,
+        includeObjectsCollectedByMinorGC: !liveOnly,
       }),
     async stopAllocations() {
       const { profile } = (await send('HeapProfiler.stopSampling')) as { profile: HeapProfile };
       return { bytes: heapBytes(profile.head), profile };
+    },
+    async heapUsedAfterGc() {
+      await send('HeapProfiler.collectGarbage');
+      const { usedSize } = (await send('Runtime.getHeapUsage')) as { usedSize: number };
+      return usedSize;
     },
     close: () => ws.close(),
   };

@@ -5,6 +5,7 @@ import { RESULT_WAIT_SECONDS } from '../../../web/src/shopper/pacing.ts';
 import type { ObjectCallCounts } from '../../../workers/kernel/object-calls.ts';
 import { fmt, table } from '../load/metrics.ts';
 import type { ClassicRun } from './classic/index.ts';
+import type { HeldReadsPhase } from './held-reads.ts';
 import { MODEL_SHARDS, objectsPerGoods, TARGET_PURCHASES_PER_SEC } from './model.ts';
 import { purchasesPerStockCall } from './objects.ts';
 import type { DelayPhase, ModelPhase, ShardPhase } from './phases.ts';
@@ -16,6 +17,8 @@ type Extras = {
   objectDelay: DelayPhase | null;
   shards: ShardPhase | null;
   queue: QueuePhase | null;
+  /** Absent in results of runs before the phase. */
+  heldReads?: HeldReadsPhase | null;
   classic: ClassicRun | { skipped: string };
 };
 
@@ -167,6 +170,24 @@ export function formatExtras(r: Extras): string[] {
           q.coordinator.map((d) => `${fmt(d.ms, 1)} ms over ${fmt(d.shards)} shards (${fmt(d.reportKB, 1)} KB a report)`).join(', '),
       );
     }
+  }
+  const h = r.heldReads;
+  if (h) {
+    const kb = (bytes: number | null) => (bytes === null ? 'not measured' : `${fmt(bytes / 1024, 1)} KB`);
+    lines.push(
+      '',
+      `Held result reads: ${fmt(h.held)} of ${fmt(h.reads)} held at once in one stock shard (the consumer paused): ` +
+        `${kb(h.heapBytesPerRead)} of the isolate's heap each (the Worker's request and the object's holder; workerd's resident memory ${kb(h.rssBytesPerRead)} each), ` +
+        (h.sampledBytesPerRead
+          ? `the heap sampler's live bytes ${kb(h.sampledBytesPerRead.object)} under the object's code, ${kb(h.sampledBytesPerRead.worker)} under the Worker's, ${kb(h.sampledBytesPerRead.runtime)} the runtime's, `
+          : '') +
+        `heap ${fmt(h.heapMb.before, 1)} MB before, ${fmt(h.heapMb.holding, 1)} MB holding, ${fmt(h.heapMb.after, 1)} MB after`,
+      `  ${h.readsPer128Mb === null ? "the object's part not measured" : `128 MB holds about ${fmt(h.readsPer128Mb)} at the object's part and the runtime's`} (an object holds at most ${fmt(h.maxHeldReads)}); ` +
+        `final answers p50 ${fmt(h.answeredAfterResume.p50Ms)} ms, p99 ${fmt(h.answeredAfterResume.p99Ms)} ms, max ${fmt(h.answeredAfterResume.maxMs)} ms after the consumer resumed; ` +
+        Object.entries(h.outcomes)
+          .map(([status, n]) => `${fmt(n)} ${status}`)
+          .join(', '),
+    );
   }
   return lines;
 }

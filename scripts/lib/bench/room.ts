@@ -139,7 +139,7 @@ export function rateWhileQueued(joinedAt: number[], admittedAt: number[], rate: 
 }
 
 /** Runs `work(item)` over `items`, `concurrency` at a time. */
-async function pool<T>(items: T[], concurrency: number, work: (item: T) => Promise<void>): Promise<void> {
+export async function pool<T>(items: T[], concurrency: number, work: (item: T) => Promise<void>): Promise<void> {
   let next = 0;
   await Promise.all(
     Array.from({ length: Math.min(concurrency, items.length) }, async () => {

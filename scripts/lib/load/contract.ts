@@ -46,6 +46,8 @@ const Stats = z.looseObject({
   outboxPending: z.number(),
   deadLetters: z.number().optional(),
   consistent: z.boolean(),
+  /** Result reads the stock shards hold now (absent before held reads). */
+  heldResultReads: z.number().optional(),
   /** The waiting room's figures, the ones the tools read (mode off: none). */
   queue: z.looseObject({ frontLagMs: z.number().nullish(), lateMs: z.number().nullish(), outstanding: z.number().nullish() }).nullish(),
 });
