@@ -232,6 +232,8 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
     expect(await field('dbStock')).toBe('8');
     expect(await field('mirrorStock')).toBe(stack.mirror ? '8' : 'off');
     expect(await field('consistent')).toBe('Consistent');
+    // Nobody is waiting on a result: the stats' count of reads the shards hold, shown as a number.
+    expect(await field('heldResultReads')).toBe('0');
     expect(await card.locator('[data-field="orders"] tr', { hasText: 'Pending payment' }).locator('td').textContent()).toBe('2');
     expect(await field('status')).toBe('On sale');
     // One stock shard is the goods' object itself: no shard table.

@@ -105,6 +105,7 @@ export class GoodsCard {
     this.renderOrders(s);
     this.field('queued').textContent = formatCount(s?.queued, i18n.locale);
     this.field('outboxPending').textContent = formatCount(s?.outboxPending, i18n.locale);
+    this.field('heldResultReads').textContent = formatCount(s?.heldResultReads, i18n.locale);
     this.field('deadLetters').textContent = formatCount(s?.deadLetters, i18n.locale);
     this.field('refusedUnits').textContent = formatCount(s?.refusedUnits, i18n.locale);
     this.queue.render(s);

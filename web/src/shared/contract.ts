@@ -122,6 +122,8 @@ export const Stats = z.object({
   consistent: z.boolean(),
   /** Units Postgres refused, held aside until reconciliation puts them back. */
   refusedUnits: z.optional(z.number()),
+  /** Shoppers' result reads the stock shards hold until their orders are written (`?wait=`). */
+  heldResultReads: z.optional(z.number()),
   /** Per stock shard, when the goods has several. */
   shards: z.optional(z.array(z.looseObject({ shard: z.number(), remaining: z.number(), queued: z.number(), confirmed: z.number() }))),
   /** The waiting room's figures (mode `off`: none). */
