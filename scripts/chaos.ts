@@ -142,7 +142,7 @@ async function run(o: ChaosOptions): Promise<number> {
   for (const line of header) {
     say(line);
   }
-  say(`Starting PostgreSQL, ${plan.mirror ? 'redis-server ' : ''}and the Worker bundle under Miniflare...`);
+  say(`Starting PostgreSQL${plan.mirror ? ', redis-server' : ''} and the Worker bundle under Miniflare...`);
   const stack = await startChaosStack(plan, { verbose: o.verbose });
   const interrupt = () => {
     say('interrupted: stopping everything this run started');

@@ -143,7 +143,8 @@ export async function heldReadsPhase(c: BenchContext): Promise<{ result: HeldRea
       const status = resultStatus(answer);
       outcomes[status] = (outcomes[status] ?? 0) + 1;
       if (status === 'SUCCESS' || status === 'FAIL') {
-        answeredMs.push(Date.now() - resumedAt);
+        // An answer before the consumer resumed (none is expected) counts as at once.
+        answeredMs.push(Math.max(0, Date.now() - resumedAt));
       }
     });
     let held = 0;

@@ -1,8 +1,7 @@
 // The chaos run's stack: its own PostgreSQL and redis-server (services.ts; no redis-server
-// when the run goes without the mirror), the Worker's
-// deployable bundle under Miniflare with the local bridges (the bench's stack code), the queue
-// consumers on the run's retry schedule, and the cron fired on its interval (on the minute in
-// the full run, as Cloudflare does). The Worker's JSON log lines are counted by event, so the
+// when the run goes without the mirror), the Worker's deployable bundle under Miniflare with
+// the local bridges (the bench's stack code), the queue consumers on the run's retry schedule,
+// and the cron fired on its interval (on the minute in the full run, as Cloudflare does). The Worker's JSON log lines are counted by event, so the
 // run can tell when the queues went quiet and when the cron last ran.
 import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';
