@@ -14,7 +14,12 @@ function results() {
     status: done.has(requestId) ? 'SUCCESS' : 'QUEUED',
     ...(done.has(requestId) ? { orderId: `order-${requestId}` } : {}),
   });
-  return { read, finish: (ids: string[]) => ids.forEach((id) => done.add(id)) };
+  const finish = (ids: string[]) => {
+    for (const id of ids) {
+      done.add(id);
+    }
+  };
+  return { read, finish };
 }
 
 const isPromise = (value: unknown): value is Promise<unknown> => value instanceof Promise;
