@@ -41,6 +41,9 @@ function whyFailed(run: { stdout: string; stderr: string }): string {
   return `${run.stderr}\n${verdict}`;
 }
 
+/** The run's deployment and its admin token, as every run here names them. */
+const deployment = (stack: Stack) => ['--url', stack.url, '--admin-token', stack.adminToken];
+
 function loadtest(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     execFile(...tsNode(script, ...args), { maxBuffer: 64 * 1024 * 1024 }, (error, stdout, stderr) => {
@@ -78,10 +81,7 @@ describe('npm run loadtest', () => {
   it('sells exactly the stock to 300 shoppers with duplicates, retries and bad input, and says the invariants hold', async () => {
     const before = await resultReads(stack);
     const run = await loadtest([
-      '--url',
-      stack.url,
-      '--admin-token',
-      stack.adminToken,
+      ...deployment(stack),
       '--stock',
       '50',
       '--users',
@@ -137,10 +137,7 @@ describe('npm run loadtest', () => {
 
   it('drives quantities and an allowlist: every unit sold in orders of 2, outsiders refused NOT_ELIGIBLE', async () => {
     const run = await loadtest([
-      '--url',
-      stack.url,
-      '--admin-token',
-      stack.adminToken,
+      ...deployment(stack),
       '--stock',
       '40',
       '--users',
@@ -169,10 +166,7 @@ describe('npm run loadtest', () => {
   it('with --result-wait 0 reads each result at once, every --poll-interval until it is final', async () => {
     const before = await resultReads(stack);
     const run = await loadtest([
-      '--url',
-      stack.url,
-      '--admin-token',
-      stack.adminToken,
+      ...deployment(stack),
       '--stock',
       '10',
       '--users',
@@ -219,10 +213,7 @@ describe('npm run loadtest', () => {
       await db.end();
     }
     const run = await loadtest([
-      '--url',
-      stack.url,
-      '--admin-token',
-      stack.adminToken,
+      ...deployment(stack),
       '--goods-id',
       String(goodsId),
       '--users',
@@ -251,23 +242,14 @@ describe('npm run loadtest', () => {
   });
 
   it('refuses a run without a goods, with exit status 2 and the usage', async () => {
-    const run = await loadtest(['--url', stack.url, '--admin-token', stack.adminToken]);
+    const run = await loadtest(deployment(stack));
     expect(run.code).toBe(2);
     expect(run.stderr).toContain('give either --stock');
     expect(run.stderr).toContain('Usage: npm run loadtest');
   });
 
   it('refuses a result wait the Worker would not hold, with exit status 2', async () => {
-    const run = await loadtest([
-      '--url',
-      stack.url,
-      '--admin-token',
-      stack.adminToken,
-      '--stock',
-      '1',
-      '--result-wait',
-      String(MAX_RESULT_WAIT_SECONDS + 1),
-    ]);
+    const run = await loadtest([...deployment(stack), '--stock', '1', '--result-wait', String(MAX_RESULT_WAIT_SECONDS + 1)]);
     expect(run.code).toBe(2);
     expect(run.stderr).toContain(
       `--result-wait must be an integer between 0 and ${MAX_RESULT_WAIT_SECONDS}, got ${MAX_RESULT_WAIT_SECONDS + 1}`,

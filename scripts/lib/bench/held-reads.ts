@@ -7,6 +7,7 @@
 
 import { readdirSync, readFileSync } from 'node:fs';
 import { MAX_HELD_READS } from '../../../durable-objects/goods-stock/result-waiters.ts';
+import { heldReadTimeoutMs, resultReadPath } from '../../../web/src/shopper/pacing.ts';
 import { MAX_RESULT_WAIT_SECONDS } from '../../../workers/kernel/contract.ts';
 import { type Answer, httpClient } from '../load/http-client.ts';
 import { type Percentiles, percentiles, round } from '../load/metrics.ts';
@@ -112,7 +113,7 @@ export async function heldReadsPhase(c: BenchContext): Promise<{ result: HeldRea
   const http = httpClient(c.url, {
     maxSockets: reads + SEND_CONCURRENCY,
     headers: c.clientHeaders,
-    timeoutMs: (MAX_RESULT_WAIT_SECONDS + 15) * 1000,
+    timeoutMs: heldReadTimeoutMs(MAX_RESULT_WAIT_SECONDS),
   });
   // Paused for longer than the phase can take; resumed below.
   await c.pauseConsumer(300);
@@ -137,7 +138,7 @@ export async function heldReadsPhase(c: BenchContext): Promise<{ result: HeldRea
     const answeredMs: number[] = [];
     const outcomes: Record<string, number> = {};
     const answers = bought.map(async (b) => {
-      const answer = await http.get(`/api/seckill/result/${encodeURIComponent(b.requestId)}?wait=${MAX_RESULT_WAIT_SECONDS}`, {
+      const answer = await http.get(resultReadPath(b.requestId, MAX_RESULT_WAIT_SECONDS), {
         headers: { authorization: `Bearer ${b.jwt}` },
       });
       const status = resultStatus(answer);

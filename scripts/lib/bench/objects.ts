@@ -4,7 +4,7 @@
 // profile of the isolate that runs the Worker and its objects.
 import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { RESULT_WAIT_SECONDS, resultPollPause } from '../../../web/src/shopper/pacing.ts';
+import { heldReadTimeoutMs, resultPollPause, resultReadPath } from '../../../web/src/shopper/pacing.ts';
 import type { CallCount, ObjectCallCounts, ObjectCallsBody, ObjectCallsView } from '../../../workers/kernel/object-calls.ts';
 import type { HttpClient } from '../load/http-client.ts';
 import { percentiles, round } from '../load/metrics.ts';
@@ -137,10 +137,7 @@ export async function journeys({
         }
         resultPolls++;
         sentAt = Date.now();
-        const answer = await http.get(`/api/seckill/result/${encodeURIComponent(requestId)}?wait=${RESULT_WAIT_SECONDS}`, {
-          headers,
-          timeoutMs: (RESULT_WAIT_SECONDS + 15) * 1000,
-        });
+        const answer = await http.get(resultReadPath(requestId), { headers, timeoutMs: heldReadTimeoutMs() });
         const status = (answer.json as { status?: string } | undefined)?.status;
         if (answer.status === 200 && (status === 'SUCCESS' || status === 'FAIL')) {
           finalMs.push(Date.now() - acceptedAt);

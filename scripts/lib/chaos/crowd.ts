@@ -6,7 +6,7 @@
 // stolen tokens, bursts over the limits from one address, malformed requests). Accepted
 // purchases are polled until final by one poller for the whole run.
 
-import { RESULT_WAIT_SECONDS } from '../../../web/src/shopper/pacing.ts';
+import { heldReadTimeoutMs, RESULT_WAIT_SECONDS, resultReadPath } from '../../../web/src/shopper/pacing.ts';
 import { TicketAnswer } from '../../../web/src/shopper/waiting-line.ts';
 import { timeOrderedKey } from '../../../workers/kernel/time-order.ts';
 import type { Minter } from '../bench/mint.ts';
@@ -90,10 +90,10 @@ export class ResultPoller {
    * entry and returns the status, or undefined when the read failed.
    */
   async poll(entry: Accepted, tally: PhaseTally, waitSeconds = 0): Promise<ResultStatus | undefined> {
-    const held = waitSeconds > 0 ? { path: `?wait=${waitSeconds}`, timeoutMs: (waitSeconds + 15) * 1000 } : undefined;
-    const answer = await this.http.get(`/api/seckill/result/${entry.requestId}${held?.path ?? ''}`, {
+    const held = waitSeconds > 0;
+    const answer = await this.http.get(resultReadPath(entry.requestId, waitSeconds), {
       headers: as(entry),
-      ...(held ? { timeoutMs: held.timeoutMs } : {}),
+      ...(held ? { timeoutMs: heldReadTimeoutMs(waitSeconds) } : {}),
     });
     tally.record('poll', 'result', answer);
     if (held && answer.status === 200 && answer.ms >= 1_000) {

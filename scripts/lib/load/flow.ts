@@ -12,6 +12,7 @@
 // none waits longer than it takes to send the purchases in front of it. A token that got
 // older than TOKEN_MAX_AGE_MS anyway (a very slow deployment) is dropped and prepared again.
 
+import { heldReadTimeoutMs, resultReadPath } from '../../../web/src/shopper/pacing.ts';
 import { timeOrderedKey } from '../../../workers/kernel/time-order.ts';
 import { type Result, read } from './contract.ts';
 import { type Answer, type HttpClient, outcomeKey } from './http-client.ts';
@@ -21,8 +22,6 @@ import { sameAnswer } from './replay.ts';
 import { type Attempt, attemptPlan, challengeAnswer, type Shopper } from './shoppers.ts';
 
 const TOKEN_MAX_AGE_MS = 40_000;
-/** Past its wait, a held result read is given as long to answer as the shopper page gives it (buy.ts). */
-const HELD_READ_GRACE_S = 15;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const bearer = (jwt: string) => ({ authorization: `Bearer ${jwt}` });
 
@@ -97,7 +96,7 @@ type Pending = AcceptedPurchase & { jwt: string };
 
 /** How long a result read may take before it is counted a timeout: a held one its wait, then the page's grace. */
 export function resultReadTimeoutMs(waitS: number, timeoutMs: number): number {
-  return waitS > 0 ? Math.max(timeoutMs, (waitS + HELD_READ_GRACE_S) * 1000) : timeoutMs;
+  return waitS > 0 ? Math.max(timeoutMs, heldReadTimeoutMs(waitS)) : timeoutMs;
 }
 
 /** Runs the load and returns what every request answered. */
@@ -201,7 +200,7 @@ export async function runShopperLoad(o: LoadOptions): Promise<LoadResult> {
    * held one answers within its wait.
    */
   async function follow(entry: Pending): Promise<void> {
-    const path = `/api/seckill/result/${entry.requestId}${o.resultWaitS > 0 ? `?wait=${o.resultWaitS}` : ''}`;
+    const path = resultReadPath(entry.requestId, o.resultWaitS);
     for (;;) {
       if (Date.now() > settleUntil) {
         return;

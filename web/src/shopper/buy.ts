@@ -6,7 +6,15 @@ import { Captcha } from './captcha';
 import { newKey, type ShopperContext, sleep, storageKeys } from './context';
 import type { GoodsView } from './goods-view';
 import type { ShopperKey } from './messages';
-import { ClickGuard, LocalLimiter, POLL_GIVE_UP_MS, RESULT_WAIT_SECONDS, resultPollPause, STILL_QUEUED_AFTER_MS } from './pacing';
+import {
+  ClickGuard,
+  heldReadTimeoutMs,
+  LocalLimiter,
+  POLL_GIVE_UP_MS,
+  resultPollPause,
+  resultReadPath,
+  STILL_QUEUED_AFTER_MS,
+} from './pacing';
 import type { QueueView } from './queue-view';
 import type { RulesView } from './rules-view';
 import type { Session } from './session';
@@ -273,10 +281,7 @@ export class BuyFlow {
       }
       // The first poll goes at once: the server holds it until the order is written.
       const sentAt = Date.now();
-      const res = await callJson(`/api/seckill/result/${encodeURIComponent(requestId)}?wait=${RESULT_WAIT_SECONDS}`, Result, {
-        auth: session.token,
-        timeoutMs: (RESULT_WAIT_SECONDS + 15) * 1000,
-      });
+      const res = await callJson(resultReadPath(requestId), Result, { auth: session.token, timeoutMs: heldReadTimeoutMs() });
       if (this.ctx.session()?.userId !== session.userId) {
         return;
       }

@@ -13,6 +13,19 @@ export const FAST_POLLS = 10;
  * the moment the order is written instead of at the next poll.
  */
 export const RESULT_WAIT_SECONDS = 10;
+/** Past its wait a held read is given this long to answer before the page calls it lost. */
+const HELD_READ_GRACE_SECONDS = 15;
+
+/** The result route for `requestId`, asking the server to hold a QUEUED answer up to `waitSeconds` (0: a plain read). */
+export function resultReadPath(requestId: string, waitSeconds = RESULT_WAIT_SECONDS): string {
+  const path = `/api/seckill/result/${encodeURIComponent(requestId)}`;
+  return waitSeconds > 0 ? `${path}?wait=${waitSeconds}` : path;
+}
+
+/** How long a read held up to `waitSeconds` may take in all. */
+export function heldReadTimeoutMs(waitSeconds = RESULT_WAIT_SECONDS): number {
+  return (waitSeconds + HELD_READ_GRACE_SECONDS) * 1000;
+}
 /** After this long without a final answer the page says the order is still being processed. */
 export const STILL_QUEUED_AFTER_MS = FAST_POLLS * 1000;
 export const MAX_POLL_DELAY_MS = 15_000;
