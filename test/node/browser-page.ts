@@ -75,6 +75,8 @@ export async function goodsCard(page: Page, goodsId: number) {
 export class Pages {
   /** Uncaught errors and console errors of every page, checked after each test. */
   readonly problems: string[] = [];
+  /** Answers of 500 or more the pages had, with their bodies: told when a test fails, not a failure. */
+  private readonly serverErrors: string[] = [];
   /** Requests the pages have in flight, so a test ends once its pages are quiet. */
   private readonly inFlight = new Set<Request>();
   private readonly contexts: BrowserContext[] = [];
@@ -84,8 +86,10 @@ export class Pages {
 
   /**
    * What each page of the test showed when it failed: its address, whether its sign-in form and
-   * page error were shown, who it was signed in as, what its storage held and its requests still
-   * in flight. A step that waits for an element names the element, not why the page never showed it.
+   * page error were shown, who it was signed in as, its status and alert lines, what its storage
+   * held, its requests still in flight and every answer of 500 or more it had (with the body: the
+   * error's code and message say which part failed). A step that waits for an element names the
+   * element, not why the page never showed it.
    */
   async describe(): Promise<string> {
     const lines = await Promise.all(
@@ -96,6 +100,8 @@ export class Pages {
             login: document.getElementById('login')?.hidden,
             who: document.getElementById('who')?.textContent,
             pageError: document.getElementById('page-error')?.textContent,
+            status: document.getElementById('status')?.textContent,
+            alert: document.getElementById('alert')?.textContent,
             storage: [...Object.keys(localStorage), ...Object.keys(sessionStorage)],
             ready: document.readyState,
           }))
@@ -104,7 +110,7 @@ export class Pages {
       ),
     );
     const pending = [...this.inFlight].map((r) => `${r.method()} ${r.url()}`);
-    return [...lines, `in flight: ${pending.join(', ') || 'none'}`, ...this.problems].join('\n');
+    return [...lines, `in flight: ${pending.join(', ') || 'none'}`, ...this.problems, ...this.serverErrors].join('\n');
   }
 
   async open(options?: BrowserContextOptions): Promise<Page> {
@@ -116,6 +122,17 @@ export class Pages {
     page.on('requestfinished', (request) => this.inFlight.delete(request));
     page.on('requestfailed', (request) => this.inFlight.delete(request));
     page.on('pageerror', (error) => this.problems.push(`pageerror: ${error.message}`));
+    page.on('response', (response) => {
+      if (response.status() >= 500) {
+        const request = response.request();
+        void response
+          .text()
+          .catch(() => '(no body)')
+          .then((body) =>
+            this.serverErrors.push(`answer ${response.status()} to ${request.method()} ${response.url()}: ${body.slice(0, 300)}`),
+          );
+      }
+    });
     page.on('console', (message) => {
       // A refused request (410, 429...) is logged by Chromium too; those are expected here.
       if (message.type() === 'error' && !message.text().startsWith('Failed to load resource')) {
@@ -146,6 +163,7 @@ export class Pages {
     await Promise.all(this.contexts.splice(0).map((c) => c.close()));
     this.opened.length = 0;
     this.inFlight.clear();
+    this.serverErrors.length = 0;
     expect(this.problems).toEqual([]);
   }
 }
