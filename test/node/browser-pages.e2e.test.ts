@@ -5,7 +5,7 @@ import { existsSync } from 'node:fs';
 import type { BrowserContextOptions } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
 import { keyTimeMs } from '../../workers/kernel/time-order.ts';
-import { buyViaApi, createGoods, eventually, goods, limits, stats } from './browser-api';
+import { buyViaApi, createGoods, eventually, goods, limits, stats, statsWhen } from './browser-api';
 import { answerCaptcha, browserSuite, goodsCard, seconds, signIn, text, visit, WAIT } from './browser-page';
 import { CHROMIUM, type Stack, screenshot } from './browser-stack';
 
@@ -145,6 +145,77 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
       return s;
     });
     expect(after.doRemaining).toBe(4);
+  });
+
+  it('a busy answer to the ticket request is sent again with the same answer: one click still buys', async () => {
+    const sale = await createGoods(stack, { stock: 5 });
+    const page = await open();
+    const tokenPath = `${stack.baseUrl}/api/seckill/goods/${sale.goodsId}/token`;
+    const bodies: unknown[] = [];
+    // The first ticket request meets a busy sale (as the server answers it before the challenge
+    // is spent); the server never sees it, so the same answer is good for the next one.
+    await page.route(tokenPath, async (route) => {
+      bodies.push(route.request().postDataJSON());
+      if (bodies.length === 1) {
+        await route.fulfill({
+          status: 503,
+          headers: { 'content-type': 'application/json', 'retry-after': '1' },
+          body: JSON.stringify({ error: { code: 'BUSY', message: 'the sale is busy, please retry', requestId: 'busy-1' } }),
+        });
+        return;
+      }
+      await route.continue();
+    });
+    await visit(page, `${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await signIn(page, 'gwen');
+    await answerCaptcha(page);
+    await page.locator('#buy').click();
+    // Said for the second it waits (read every 50 ms).
+    await expect.poll(() => text(page, '#status'), { timeout: 5_000, interval: 50 }).toBe('The sale is very busy: trying again in 1 s…');
+    await page.locator('#order').waitFor({ state: 'visible', timeout: 20_000 });
+    expect(bodies).toHaveLength(2);
+    expect(bodies[1]).toEqual(bodies[0]);
+    expect(await text(page, '#alert')).toBe('');
+    const after = await statsWhen(stack, sale.goodsId, (s) => expect(s.orders.PENDING_PAYMENT).toBe(1));
+    expect(after.doRemaining).toBe(4);
+  });
+
+  it('a ticket request still busy after three tries asks for a new question, and the next answer buys', async () => {
+    const sale = await createGoods(stack, { stock: 5 });
+    const page = await open();
+    const tokenPath = `${stack.baseUrl}/api/seckill/goods/${sale.goodsId}/token`;
+    let busy = true;
+    let sent = 0;
+    await page.route(tokenPath, async (route) => {
+      sent++;
+      if (busy) {
+        await route.fulfill({
+          status: 503,
+          headers: { 'content-type': 'application/json', 'retry-after': '1' },
+          body: JSON.stringify({
+            error: { code: 'UNAVAILABLE', message: 'a part of the service is restarting or busy, please retry', requestId: 'busy' },
+          }),
+        });
+        return;
+      }
+      await route.continue();
+    });
+    await visit(page, `${stack.baseUrl}/?goods=${sale.goodsId}`);
+    await signIn(page, 'hugo');
+    await answerCaptcha(page);
+    await page.locator('#buy').click();
+    await expect
+      .poll(() => text(page, '#alert'), { timeout: 20_000 })
+      .toBe('The sale is very busy. Please answer the new question and press the button again.');
+    expect(sent).toBe(3);
+    expect(await page.locator('#order').isHidden()).toBe(true);
+
+    busy = false;
+    await answerCaptcha(page);
+    await page.locator('#buy').click();
+    await page.locator('#order').waitFor({ state: 'visible', timeout: 20_000 });
+    expect(sent).toBe(4);
+    await statsWhen(stack, sale.goodsId, (s) => expect(s.orders.PENDING_PAYMENT).toBe(1));
   });
 
   it('the countdown follows the server clock when the device clock is wrong', async () => {

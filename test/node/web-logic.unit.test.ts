@@ -16,7 +16,14 @@ import { formatCountdown, formatDelay, formatMinutes, formatMoney, remainingPerc
 import { interpolate, pickLang } from '../../web/src/shared/i18n';
 import { saleState } from '../../web/src/shared/sale';
 import { shopperMessages } from '../../web/src/shopper/messages';
-import { ClickGuard, LocalLimiter, RESULT_WAIT_SECONDS, resultPollDelay, resultPollPause } from '../../web/src/shopper/pacing';
+import {
+  busyRetryDelayMs,
+  ClickGuard,
+  LocalLimiter,
+  RESULT_WAIT_SECONDS,
+  resultPollDelay,
+  resultPollPause,
+} from '../../web/src/shopper/pacing';
 import { leadingZeroBits, solvePow } from '../../web/src/shopper/pow';
 import { currentSession, loginUrl, planHandoff, readSession, saveSession, takeHandoff } from '../../web/src/shopper/session';
 import { verifyPow } from '../../workers/kernel/pow';
@@ -95,6 +102,13 @@ describe('pacing', () => {
     expect(limiter.waitMs()).toBe(30_000);
     limiter.reset();
     expect(limiter.waitMs()).toBe(0);
+  });
+
+  it("waits a busy answer's Retry-After before sending it again, 1 to 5 s", () => {
+    expect(busyRetryDelayMs(undefined)).toBe(1_000);
+    expect(busyRetryDelayMs(0)).toBe(1_000);
+    expect(busyRetryDelayMs(2)).toBe(2_000);
+    expect(busyRetryDelayMs(60)).toBe(5_000);
   });
 
   it('derives the sale state from the server clock', () => {

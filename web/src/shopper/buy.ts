@@ -7,6 +7,7 @@ import { newKey, type ShopperContext, sleep, storageKeys } from './context';
 import type { GoodsView } from './goods-view';
 import type { ShopperKey } from './messages';
 import {
+  busyRetryDelayMs,
   ClickGuard,
   heldReadTimeoutMs,
   LocalLimiter,
@@ -14,6 +15,7 @@ import {
   resultPollPause,
   resultReadPath,
   STILL_QUEUED_AFTER_MS,
+  TOKEN_TRIES,
 } from './pacing';
 import type { QueueView } from './queue-view';
 import type { RulesView } from './rules-view';
@@ -225,7 +227,11 @@ export class BuyFlow {
     await this.poll(session, res.data.requestId);
   }
 
-  /** Answers the captcha and exchanges it for a one-time token and hidden path. */
+  /**
+   * Answers the captcha and exchanges it for a one-time token and hidden path. A 503 (the sale
+   * busy, a part of it restarting) comes before the challenge is spent or after it was given
+   * back: the same answer is sent again after the answer's Retry-After, up to TOKEN_TRIES in all.
+   */
   private async takeTicket(session: Session): Promise<Attempt | undefined> {
     const answer = await this.captcha.takeAnswer();
     if (!answer.ok) {
@@ -234,15 +240,33 @@ export class BuyFlow {
       return undefined;
     }
     const pass = this.queue.pass();
-    const res = await callJson(`/api/seckill/goods/${this.view.goodsId}/token`, PurchaseToken, {
-      method: 'POST',
-      auth: session.token,
-      body: answer.body,
-      ...(pass ? { headers: { [PASS_HEADER]: pass } } : {}),
-    });
+    const ask = () =>
+      callJson(`/api/seckill/goods/${this.view.goodsId}/token`, PurchaseToken, {
+        method: 'POST',
+        auth: session.token,
+        body: answer.body,
+        ...(pass ? { headers: { [PASS_HEADER]: pass } } : {}),
+      });
+    let res = await ask();
+    let tries = 1;
+    for (; !res.ok && res.status === 503 && tries < TOKEN_TRIES; tries++) {
+      const delayMs = busyRetryDelayMs(res.retryAfterSeconds);
+      this.say('statusBusyRetry', { s: Math.ceil(delayMs / 1000) });
+      await sleep(delayMs);
+      if (this.ctx.session()?.userId !== session.userId) {
+        return undefined;
+      }
+      this.say('statusSending');
+      res = await ask();
+    }
     if (!res.ok) {
       if (res.code === 'CAPTCHA_FAILED') {
-        this.alert('captchaWrong');
+        // After a busy answer the challenge may have been spent all the same: the answer was
+        // not wrong, the question is new.
+        this.alert(tries > 1 ? 'captchaAnswerAgain' : 'captchaWrong');
+        this.captcha.focus();
+      } else if (res.status === 503) {
+        this.alert('reasonBUSY_CHECK');
         this.captcha.focus();
       } else {
         this.fail(res);
@@ -355,10 +379,13 @@ export class BuyFlow {
     } else if (fail.code === 'LIMIT_REACHED') {
       this.rules.recount();
     }
-    if (fail.code === 'RATE_LIMITED' || fail.retryAfterSeconds) {
-      const s = fail.retryAfterSeconds ?? 5;
-      this.limiter.note(s * 1000);
-      this.alert('reasonRATE_LIMITED', { s });
+    if (fail.retryAfterSeconds) {
+      // The server's pause (429, or a 503 of a busy sale) holds the button as long.
+      this.limiter.note(fail.retryAfterSeconds * 1000);
+    }
+    if (fail.code === 'RATE_LIMITED') {
+      this.limiter.note((fail.retryAfterSeconds ?? 5) * 1000);
+      this.alert('reasonRATE_LIMITED', { s: fail.retryAfterSeconds ?? 5 });
       return;
     }
     const key = REASON_KEYS[fail.code] ?? (fail.status >= 500 ? 'reasonBUSY' : undefined);
@@ -369,8 +396,8 @@ export class BuyFlow {
     }
   }
 
-  private say(key?: ShopperKey): void {
-    this.els.status.textContent = key ? this.ctx.i18n.t(key) : '';
+  private say(key?: ShopperKey, vars?: Record<string, string | number>): void {
+    this.els.status.textContent = key ? this.ctx.i18n.t(key, vars) : '';
   }
 
   private alert(key?: ShopperKey, vars?: Record<string, string | number>): void {

@@ -26,6 +26,18 @@ export function resultReadPath(requestId: string, waitSeconds = RESULT_WAIT_SECO
 export function heldReadTimeoutMs(waitSeconds = RESULT_WAIT_SECONDS): number {
   return (waitSeconds + HELD_READ_GRACE_SECONDS) * 1000;
 }
+/**
+ * Sends of one captcha answer to the token route while it answers 503 (BUSY, UNAVAILABLE): the
+ * server answers so before it spends the challenge or after it gave it back, so the same answer
+ * passes once the moment is over, and the shopper need not answer a new question.
+ */
+export const TOKEN_TRIES = 3;
+
+/** The pause before sending a busy answer's request again: its Retry-After, 1 to 5 s. */
+export function busyRetryDelayMs(retryAfterSeconds: number | undefined): number {
+  return Math.min(5, Math.max(1, retryAfterSeconds ?? 1)) * 1000;
+}
+
 /** After this long without a final answer the page says the order is still being processed. */
 export const STILL_QUEUED_AFTER_MS = FAST_POLLS * 1000;
 export const MAX_POLL_DELAY_MS = 15_000;
