@@ -379,13 +379,13 @@ export class BuyFlow {
     } else if (fail.code === 'LIMIT_REACHED') {
       this.rules.recount();
     }
-    if (fail.retryAfterSeconds) {
-      // The server's pause (429, or a 503 of a busy sale) holds the button as long.
-      this.limiter.note(fail.retryAfterSeconds * 1000);
+    // The server's pause (a 429, a ban, a 503 of a busy sale) holds the button as long.
+    const pauseS = fail.code === 'RATE_LIMITED' ? (fail.retryAfterSeconds ?? 5) : fail.retryAfterSeconds;
+    if (pauseS) {
+      this.limiter.note(pauseS * 1000);
     }
     if (fail.code === 'RATE_LIMITED') {
-      this.limiter.note((fail.retryAfterSeconds ?? 5) * 1000);
-      this.alert('reasonRATE_LIMITED', { s: fail.retryAfterSeconds ?? 5 });
+      this.alert('reasonRATE_LIMITED', { s: pauseS ?? 5 });
       return;
     }
     const key = REASON_KEYS[fail.code] ?? (fail.status >= 500 ? 'reasonBUSY' : undefined);

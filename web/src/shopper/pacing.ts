@@ -26,6 +26,7 @@ export function resultReadPath(requestId: string, waitSeconds = RESULT_WAIT_SECO
 export function heldReadTimeoutMs(waitSeconds = RESULT_WAIT_SECONDS): number {
   return (waitSeconds + HELD_READ_GRACE_SECONDS) * 1000;
 }
+
 /**
  * Sends of one captcha answer to the token route while it answers 503 (BUSY, UNAVAILABLE): the
  * server answers so before it spends the challenge or after it gave it back, so the same answer
