@@ -55,6 +55,9 @@ type Result = {
       pollsPerPurchase: number;
       perPurchase: { cls: string; requestsPerPurchase: number }[];
       scenarios: { shards: number; production: { purchasesPerSec: number | null } }[];
+      cpuUsPerJourney: number | null;
+      grossCpuUsPerJourney: number | null;
+      restingCpuMsPerSecond: number | null;
     };
   };
   objectDelay: Phase & { delayMs: number; accepted: number; sequentialCallsP50: number };
@@ -204,6 +207,10 @@ describe('npm run bench', () => {
     const stockInJourney = journey.perPurchase.find((i) => i.cls === 'GoodsStock')?.requestsPerPurchase ?? 0;
     expect(stockInJourney).toBeGreaterThan(inputs.get('GoodsStock')?.requestsPerPurchase ?? 0);
     expect(journey.scenarios.map((x) => x.shards)).toEqual([1, 8, 16, 64]);
+    // A journey's CPU is the phase's less the stack's at rest, measured before it (on Linux).
+    expect(journey.restingCpuMsPerSecond).toBeGreaterThanOrEqual(0);
+    expect(journey.cpuUsPerJourney).toBeGreaterThan(0);
+    expect(journey.grossCpuUsPerJourney).toBeGreaterThanOrEqual(journey.cpuUsPerJourney ?? Number.POSITIVE_INFINITY);
 
     // Purchases went through under the delay; each waited on at least one delayed call.
     expect(latest.objectDelay.delayMs).toBe(50);

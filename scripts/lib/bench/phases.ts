@@ -25,7 +25,7 @@ import {
   purchasesPerStockCall,
 } from './objects.ts';
 import type { BenchOptions } from './options.ts';
-import { workerCpuMs } from './process-cpu.ts';
+import { restingCpuMsPerSecond, workerCpuMs } from './process-cpu.ts';
 import type { Profiler } from './profile.ts';
 import { type QueuePhase, runQueuePhase } from './room.ts';
 import { decisionCost } from './room-decision.ts';
@@ -72,7 +72,12 @@ export type ModelPhase = {
   model: CapacityModel;
   cpu: { durationS: number; purchases: number; rps: number; cpuMs: Record<string, number>; calls: ClassCalls; busyMs: number };
   journey: JourneyWalk & {
+    /** The Worker's CPU a journey, less the stack's at rest over the phase. */
     cpuUsPerJourney: number | null;
+    /** The same with the stack's CPU at rest left in. */
+    grossCpuUsPerJourney: number | null;
+    /** The workerd processes' CPU ms a second at rest, measured just before the journeys. */
+    restingCpuMsPerSecond: number | null;
     perPurchase: ClassInputs[];
     /** Result polls per accepted purchase. */
     pollsPerPurchase: number;
@@ -114,16 +119,29 @@ export async function modelPhase(
   c.say(`Journeys: ${journeyCount} shoppers through challenge, token, purchase and result polls...`);
   const journeyGoods = await saleGoods(c, 'journey', journeyCount);
   const journeyUsers = await c.minter.users('journey', journeyCount);
+  // The profiled phase's orders written first, and the stack's CPU at rest measured: neither is
+  // a journey's.
+  await c.admin.waitAtRest(cpuGoods.goodsId, { timeoutMs: 300_000, intervalMs: 100 });
+  const restingMsPerS = await restingCpuMsPerSecond();
   const journeyCpuBefore = workerCpuMs();
+  const journeyStartedAt = performance.now();
   const walked = await countCalls(c.calls, () =>
     journeys({ http: c.http, goodsId: journeyGoods.goodsId, users: journeyUsers, concurrency: Math.min(c.o.connections, 50) }),
   );
   const journeyCpuAfter = workerCpuMs();
-  // The Worker's CPU for one shopper's three requests (and whatever they set off in the objects).
-  const cpuUsPerJourney =
-    journeyCpuBefore !== undefined && journeyCpuAfter !== undefined
-      ? Math.round(((journeyCpuAfter - journeyCpuBefore) * 1000) / Math.max(1, walked.result.shoppers))
-      : null;
+  const journeyS = (performance.now() - journeyStartedAt) / 1000;
+  // The Worker's CPU for one shopper's requests and whatever they set off in the objects and the
+  // consumer: the phase's, less the stack's at rest over as long.
+  const shoppers = Math.max(1, walked.result.shoppers);
+  const grossMs = journeyCpuBefore !== undefined && journeyCpuAfter !== undefined ? journeyCpuAfter - journeyCpuBefore : undefined;
+  const journeyCpu =
+    grossMs !== undefined && restingMsPerS !== undefined
+      ? {
+          cpuUsPerJourney: Math.max(0, Math.round(((grossMs - restingMsPerS * journeyS) * 1000) / shoppers)),
+          grossCpuUsPerJourney: Math.round((grossMs * 1000) / shoppers),
+          restingCpuMsPerSecond: round(restingMsPerS, 1),
+        }
+      : { cpuUsPerJourney: null, grossCpuUsPerJourney: null, restingCpuMsPerSecond: null };
   const journeyInputs = modelInputs(byClass(walked.counts), walked.result.accepted);
   const busyUs = profile.samples.reduce((sum, _id, i) => sum + (profile.timeDeltas[i + 1] ?? 0), 0);
   return {
@@ -139,7 +157,7 @@ export async function modelPhase(
       },
       journey: {
         ...walked.result,
-        cpuUsPerJourney,
+        ...journeyCpu,
         perPurchase: journeyInputs,
         pollsPerPurchase: round(walked.result.resultPolls / Math.max(1, walked.result.accepted), 2),
         scenarios: capacityModel(journeyInputs, walked.result.accepted).scenarios.map((s) => ({

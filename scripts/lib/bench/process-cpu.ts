@@ -41,3 +41,16 @@ export function workerCpuMs(): number | undefined {
   }
   return ms;
 }
+
+/**
+ * The workerd processes' CPU ms a second over `windowMs` of nothing asked of them: the stack at
+ * rest (its objects' alarms and timers, the queue broker's polls), which a phase's figure per
+ * request leaves out. Undefined off Linux.
+ */
+export async function restingCpuMsPerSecond(windowMs = 1_000): Promise<number | undefined> {
+  const before = workerCpuMs();
+  const startedAt = performance.now();
+  await new Promise((resolve) => setTimeout(resolve, windowMs));
+  const after = workerCpuMs();
+  return before === undefined || after === undefined ? undefined : ((after - before) * 1000) / (performance.now() - startedAt);
+}

@@ -81,7 +81,8 @@ export function formatExtras(r: Extras): string[] {
     ]),
     `(shards modelled: ${MODEL_SHARDS.join(', ')}; a journey is challenge + token + purchase + the result until final, each poll held up to ${RESULT_WAIT_SECONDS} s for it, ` +
       `as the shopper page polls: ${fmt(journey.accepted)} of ${fmt(journey.shoppers)} accepted, ${fmt(journey.final)} final after ` +
-      `${fmt(journey.pollsPerPurchase, 2)} polls each (p50 ${fmt(journey.finalMs.p50Ms)} ms), ${fmt(journey.cpuUsPerJourney)} µs of the Worker's CPU each)`,
+      `${fmt(journey.pollsPerPurchase, 2)} polls each (p50 ${fmt(journey.finalMs.p50Ms)} ms), ${fmt(journey.cpuUsPerJourney)} µs of the Worker's CPU each, ` +
+      `${fmt(journey.grossCpuUsPerJourney)} with the stack's ${fmt(journey.restingCpuMsPerSecond, 1)} ms a second at rest left in)`,
   ];
   const rows: string[][] = [['phase', 'requests', 'req/s', 'p50 ms', 'p90 ms', 'p99 ms', 'notes']];
   const d = r.objectDelay;
