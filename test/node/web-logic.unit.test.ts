@@ -23,6 +23,7 @@ import {
   RESULT_WAIT_SECONDS,
   resultPollDelay,
   resultPollPause,
+  sendWhileBusy,
 } from '../../web/src/shopper/pacing';
 import { leadingZeroBits, solvePow } from '../../web/src/shopper/pow';
 import { currentSession, loginUrl, planHandoff, readSession, saveSession, takeHandoff } from '../../web/src/shopper/session';
@@ -109,6 +110,26 @@ describe('pacing', () => {
     expect(busyRetryDelayMs(0)).toBe(1_000);
     expect(busyRetryDelayMs(2)).toBe(2_000);
     expect(busyRetryDelayMs(60)).toBe(5_000);
+  });
+
+  it('sends again while the answer is a 503, three sends at most, pausing its Retry-After between', async () => {
+    const busy = { ok: false, status: 503, retryAfterSeconds: 2 };
+    const answers = (list: { ok: boolean; status: number; retryAfterSeconds?: number }[]) => {
+      let i = 0;
+      return async () => list[Math.min(i++, list.length - 1)] ?? busy;
+    };
+    const pauses: number[] = [];
+    const pause = async (ms: number) => {
+      pauses.push(ms);
+      return true;
+    };
+    expect(await sendWhileBusy(answers([busy, { ok: true, status: 200 }]), pause)).toEqual({ answer: { ok: true, status: 200 }, sends: 2 });
+    expect(pauses).toEqual([2_000]);
+    expect(await sendWhileBusy(answers([busy]), pause)).toEqual({ answer: busy, sends: 3 });
+    // Only a 503 is sent again: a 429 or a refusal is the answer.
+    expect(await sendWhileBusy(answers([{ ok: false, status: 429 }]), pause)).toEqual({ answer: { ok: false, status: 429 }, sends: 1 });
+    // A pause that says stop (the shopper signed out) ends it without another send.
+    expect(await sendWhileBusy(answers([busy]), async () => false)).toBeUndefined();
   });
 
   it('derives the sale state from the server clock', () => {

@@ -5,9 +5,8 @@ import type { SaleState } from '../shared/sale';
 import { Captcha } from './captcha';
 import { newKey, type ShopperContext, sleep, storageKeys } from './context';
 import type { GoodsView } from './goods-view';
-import type { ShopperKey } from './messages';
+import { REASON_KEYS, type ShopperKey } from './messages';
 import {
-  busyRetryDelayMs,
   ClickGuard,
   heldReadTimeoutMs,
   LocalLimiter,
@@ -15,7 +14,7 @@ import {
   resultPollPause,
   resultReadPath,
   STILL_QUEUED_AFTER_MS,
-  TOKEN_TRIES,
+  sendWhileBusy,
 } from './pacing';
 import type { QueueView } from './queue-view';
 import type { RulesView } from './rules-view';
@@ -32,30 +31,6 @@ type Phase = 'idle' | 'sending' | 'queued';
 function retryable(fail: ApiFail): boolean {
   return fail.status === 0 || fail.status === 429 || fail.status >= 500;
 }
-
-const REASON_KEYS: Record<string, ShopperKey> = {
-  SOLD_OUT: 'reasonSOLD_OUT',
-  ALREADY_PURCHASED: 'reasonALREADY_PURCHASED',
-  NOT_STARTED: 'reasonNOT_STARTED',
-  ENDED: 'reasonENDED',
-  PAUSED: 'reasonPAUSED',
-  TOKEN_INVALID: 'reasonTOKEN_INVALID',
-  CAPTCHA_FAILED: 'reasonCAPTCHA_FAILED',
-  BANNED: 'reasonBANNED',
-  BUSY: 'reasonBUSY',
-  UNAVAILABLE: 'reasonBUSY',
-  INTERNAL: 'reasonBUSY',
-  NETWORK: 'reasonNETWORK',
-  TIMEOUT: 'reasonNETWORK',
-  CANCELLED: 'reasonCANCELLED',
-  CLOSED_TIMEOUT: 'reasonCLOSED_TIMEOUT',
-  ORDER_FAILED: 'reasonORDER_FAILED',
-  NOT_FOUND: 'reasonNOT_FOUND',
-  UNAUTHENTICATED: 'reasonUNAUTHENTICATED',
-  NOT_ADMITTED: 'reasonNOT_ADMITTED',
-  NOT_ELIGIBLE: 'reasonNOT_ELIGIBLE',
-  LIMIT_REACHED: 'reasonLIMIT_REACHED',
-};
 
 /**
  * The buy button and what follows it: captcha -> one-time token -> purchase (202) -> the
@@ -230,7 +205,7 @@ export class BuyFlow {
   /**
    * Answers the captcha and exchanges it for a one-time token and hidden path. A 503 (the sale
    * busy, a part of it restarting) comes before the challenge is spent or after it was given
-   * back: the same answer is sent again after the answer's Retry-After, up to TOKEN_TRIES in all.
+   * back: the same answer is sent again (sendWhileBusy).
    */
   private async takeTicket(session: Session): Promise<Attempt | undefined> {
     const answer = await this.captcha.takeAnswer();
@@ -247,23 +222,21 @@ export class BuyFlow {
         body: answer.body,
         ...(pass ? { headers: { [PASS_HEADER]: pass } } : {}),
       });
-    let res = await ask();
-    let tries = 1;
-    for (; !res.ok && res.status === 503 && tries < TOKEN_TRIES; tries++) {
-      const delayMs = busyRetryDelayMs(res.retryAfterSeconds);
-      this.say('statusBusyRetry', { s: Math.ceil(delayMs / 1000) });
-      await sleep(delayMs);
-      if (this.ctx.session()?.userId !== session.userId) {
-        return undefined;
-      }
+    const sent = await sendWhileBusy(ask, async (ms) => {
+      this.say('statusBusyRetry', { s: Math.ceil(ms / 1000) });
+      await sleep(ms);
       this.say('statusSending');
-      res = await ask();
+      return this.ctx.session()?.userId === session.userId;
+    });
+    if (!sent) {
+      return undefined;
     }
+    const { answer: res, sends } = sent;
     if (!res.ok) {
       if (res.code === 'CAPTCHA_FAILED') {
         // After a busy answer the challenge may have been spent all the same: the answer was
         // not wrong, the question is new.
-        this.alert(tries > 1 ? 'captchaAnswerAgain' : 'captchaWrong');
+        this.alert(sends > 1 ? 'captchaAnswerAgain' : 'captchaWrong');
         this.captcha.focus();
       } else if (res.status === 503) {
         this.alert('reasonBUSY_CHECK');

@@ -251,3 +251,28 @@ const zh: Dictionary<keyof typeof en> = {
 
 export const shopperMessages = { en, zh };
 export type ShopperKey = keyof typeof en;
+
+/** The message of each error code the sale's routes answer (the purchase flow's alerts). */
+export const REASON_KEYS: Record<string, ShopperKey> = {
+  SOLD_OUT: 'reasonSOLD_OUT',
+  ALREADY_PURCHASED: 'reasonALREADY_PURCHASED',
+  NOT_STARTED: 'reasonNOT_STARTED',
+  ENDED: 'reasonENDED',
+  PAUSED: 'reasonPAUSED',
+  TOKEN_INVALID: 'reasonTOKEN_INVALID',
+  CAPTCHA_FAILED: 'reasonCAPTCHA_FAILED',
+  BANNED: 'reasonBANNED',
+  BUSY: 'reasonBUSY',
+  UNAVAILABLE: 'reasonBUSY',
+  INTERNAL: 'reasonBUSY',
+  NETWORK: 'reasonNETWORK',
+  TIMEOUT: 'reasonNETWORK',
+  CANCELLED: 'reasonCANCELLED',
+  CLOSED_TIMEOUT: 'reasonCLOSED_TIMEOUT',
+  ORDER_FAILED: 'reasonORDER_FAILED',
+  NOT_FOUND: 'reasonNOT_FOUND',
+  UNAUTHENTICATED: 'reasonUNAUTHENTICATED',
+  NOT_ADMITTED: 'reasonNOT_ADMITTED',
+  NOT_ELIGIBLE: 'reasonNOT_ELIGIBLE',
+  LIMIT_REACHED: 'reasonLIMIT_REACHED',
+};

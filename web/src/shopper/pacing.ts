@@ -39,6 +39,30 @@ export function busyRetryDelayMs(retryAfterSeconds: number | undefined): number 
   return Math.min(5, Math.max(1, retryAfterSeconds ?? 1)) * 1000;
 }
 
+/** An answer as the busy retry reads it (the pages' ApiResult). */
+type Answered = { ok: boolean; status: number; retryAfterSeconds?: number };
+
+/**
+ * Sends with `send` until the answer is not a 503 or `tries` sends were made, `pause(ms)` between
+ * them (busyRetryDelayMs of the answer's Retry-After), which answers false to stop (the shopper
+ * signed out meanwhile). The last answer and how many sends it took; undefined when stopped.
+ */
+export async function sendWhileBusy<A extends Answered>(
+  send: () => Promise<A>,
+  pause: (ms: number) => Promise<boolean>,
+  tries = TOKEN_TRIES,
+): Promise<{ answer: A; sends: number } | undefined> {
+  let answer = await send();
+  let sends = 1;
+  for (; !answer.ok && answer.status === 503 && sends < tries; sends++) {
+    if (!(await pause(busyRetryDelayMs(answer.retryAfterSeconds)))) {
+      return undefined;
+    }
+    answer = await send();
+  }
+  return { answer, sends };
+}
+
 /** After this long without a final answer the page says the order is still being processed. */
 export const STILL_QUEUED_AFTER_MS = FAST_POLLS * 1000;
 export const MAX_POLL_DELAY_MS = 15_000;
