@@ -151,11 +151,19 @@ export async function eventually<T>(check: () => Promise<T | undefined | false>,
 }
 
 /** Waits until every reservation of a goods became an order (or failed) and the stats settle. */
-export function settled(goodsId: number, timeoutMs = 30_000) {
-  return eventually(async () => {
-    const s = await stats(goodsId);
-    return s.queued === 0 && s.outboxPending === 0 && s.consistent ? s : undefined;
-  }, timeoutMs);
+export async function settled(goodsId: number, timeoutMs = 30_000) {
+  let last: Awaited<ReturnType<typeof stats>> | undefined;
+  try {
+    return await eventually(async () => {
+      last = await stats(goodsId);
+      return last.queued === 0 && last.outboxPending === 0 && last.consistent ? last : undefined;
+    }, timeoutMs);
+  } catch (error) {
+    // Which of the stats never settled says where to look.
+    throw new Error(
+      `goods ${goodsId} did not settle: ${error instanceof Error ? error.message : String(error)}; last stats ${JSON.stringify(last)}`,
+    );
+  }
 }
 
 /** Buys one unit for `userId` and waits until its order exists in Postgres. */
