@@ -1,11 +1,22 @@
+import { getTableColumns } from 'drizzle-orm';
 import { dbOptions, httpDb } from '../../db/client';
 import { type GoodsRow, listCurrentGoods } from '../../db/goods';
+import { seckillGoods } from '../../db/schema';
 import type { Config } from '../kernel/config';
+import { sha256B64 } from '../kernel/crypto';
 import { AppError, unavailable } from '../kernel/errors';
 import { log } from '../kernel/log';
 
 /** How long an isolate trusts its copy of the goods list. */
-const GOODS_TTL_MS = 5_000;
+const GOODS_TTL_MS = 4_000;
+/**
+ * How long the data center's shared copy answers its isolates before the next one to refresh
+ * asks Postgres: a list is at most GOODS_TTL_MS + SHARED_TTL_MS old (5 s, as when each isolate
+ * asked Postgres itself).
+ */
+const SHARED_TTL_MS = 1_000;
+/** How long a shared copy is kept at all: while Postgres is away, an isolate with no list of its own answers from it. */
+const SHARED_KEEP_SECONDS = 600;
 /** An unknown id refreshes the list early, but no more often than this. */
 const MISS_REFRESH_MS = 1_000;
 /** Goods that ended within this window still answer ENDED instead of NOT_FOUND. */
@@ -19,8 +30,11 @@ const cache: Cached = { at: 0, byId: new Map(), refreshStartedAt: 0, missRefresh
  *
  * No request ever waits on a promise another request started: workerd ties I/O to the
  * request that made it, so such a wait can hang forever once that request ends. A stale copy
- * is refreshed by ONE request with its own query while the others keep answering from the
- * copy; only an isolate with no copy at all makes each request load it.
+ * is refreshed by ONE request while the others keep answering from the copy; only an isolate
+ * with no copy at all makes each request load it. A refresh reads the data center's shared
+ * copy first (sharedList), so a crowd's isolates ask Postgres about once a second per data
+ * center rather than each every few seconds, and a new isolate's first shoppers do not wait
+ * on Postgres.
  */
 export async function currentGoods(config: Config, now = Date.now()): Promise<Map<number, GoodsRow>> {
   if (now - cache.at < GOODS_TTL_MS) {
@@ -31,7 +45,7 @@ export async function currentGoods(config: Config, now = Date.now()): Promise<Ma
   }
   cache.refreshStartedAt = now;
   try {
-    await reload(config);
+    await reload(config, 'shared');
   } catch (error) {
     if (cache.at > 0) {
       // Postgres is away: a stale list still answers shoppers; the next refresh retries.
@@ -44,11 +58,94 @@ export async function currentGoods(config: Config, now = Date.now()): Promise<Ma
   return cache.byId;
 }
 
-async function reload(config: Config): Promise<void> {
-  // One statement over SQL over HTTP: no Postgres session opened for it.
-  const rows = await listCurrentGoods(httpDb(dbOptions(config)), Date.now(), ENDED_VISIBLE_MS);
+/**
+ * The list into this isolate. `shared`: the data center's copy while it is fresh; otherwise
+ * Postgres, whose list then becomes the shared copy (and a shared copy of any age answers if
+ * Postgres does not). `postgres`: Postgres only (an admin change, or an id the list lacks).
+ */
+async function reload(config: Config, from: 'shared' | 'postgres'): Promise<void> {
+  const shared = from === 'shared' ? await sharedList(config) : undefined;
+  if (shared && Date.now() - shared.listedAt < SHARED_TTL_MS) {
+    adopt(shared.rows);
+    return;
+  }
+  const listedAt = Date.now();
+  let rows: GoodsRow[];
+  try {
+    // One statement over SQL over HTTP: no Postgres session opened for it.
+    rows = await listCurrentGoods(httpDb(dbOptions(config)), listedAt, ENDED_VISIBLE_MS);
+  } catch (error) {
+    if (!shared) {
+      throw error;
+    }
+    log.warn('goods.refresh_failed', { error, sharedAgeMs: Date.now() - shared.listedAt });
+    adopt(shared.rows);
+    return;
+  }
+  adopt(rows);
+  await shareList(config, { listedAt, rows });
+}
+
+function adopt(rows: GoodsRow[]): void {
   cache.byId = new Map(rows.map((r) => [r.id, r]));
   cache.at = Date.now();
+}
+
+/** A goods list as the data center shares it: when Postgres listed it, and its rows. */
+export type SharedList = { listedAt: number; rows: GoodsRow[] };
+/** The columns of a goods row that are dates, which a shared copy carries as ISO strings. */
+const DATE_COLUMNS = ['startAt', 'endAt', 'createdAt', 'updatedAt'] as const;
+
+/** The row's columns as this build reads them: a build with other columns shares its lists under other keys. */
+const COLUMNS = Object.keys(getTableColumns(seckillGoods)).join(',');
+
+/**
+ * The Cache API's key of a deployment's list: one per database and set of columns (hashed: the
+ * URL holds its password), on a host of its own so that no request to the shop's zone can be
+ * answered from it. During a deploy each build reads only the lists of its own columns.
+ */
+const sharedKeys = new Map<string, string>();
+export async function sharedListKey(databaseUrl: string): Promise<string> {
+  let key = sharedKeys.get(databaseUrl);
+  if (key === undefined) {
+    key = `https://goods-list.edge-seckill.internal/${await sha256B64(`${databaseUrl}|${COLUMNS}`, 22)}`;
+    sharedKeys.set(databaseUrl, key);
+  }
+  return key;
+}
+
+/**
+ * The data center's copy of the list (Cache API), of any age; none where there is no cache
+ * (a workers.dev subdomain's puts are dropped, so there each isolate asks Postgres as before)
+ * or the cache fails: it only saves Postgres work, so it never fails a request.
+ */
+async function sharedList(config: Config): Promise<SharedList | undefined> {
+  try {
+    const hit = await caches.default.match(await sharedListKey(config.databaseUrl));
+    if (!hit) {
+      return undefined;
+    }
+    const list = (await hit.json()) as SharedList;
+    for (const row of list.rows) {
+      for (const column of DATE_COLUMNS) {
+        row[column] = new Date(row[column]);
+      }
+    }
+    return list;
+  } catch (error) {
+    log.warn('goods.shared_read_failed', { error });
+    return undefined;
+  }
+}
+
+async function shareList(config: Config, list: SharedList): Promise<void> {
+  try {
+    const body = JSON.stringify(list);
+    const headers = { 'content-type': 'application/json', 'cache-control': `max-age=${SHARED_KEEP_SECONDS}` };
+    await caches.default.put(await sharedListKey(config.databaseUrl), new Response(body, { headers }));
+  } catch (error) {
+    log.warn('goods.shared_write_failed', { error });
+  }
 }
 
 /**
@@ -61,7 +158,7 @@ export async function getGoods(config: Config, goodsId: number): Promise<GoodsRo
   if (!row && now - cache.at > MISS_REFRESH_MS && now - cache.missRefreshAt > MISS_REFRESH_MS) {
     // Perhaps a goods created moments ago in another isolate: look again, at most once a second.
     cache.missRefreshAt = now;
-    await reload(config).catch((error: unknown) => log.warn('goods.refresh_failed', { error }));
+    await reload(config, 'postgres').catch((error: unknown) => log.warn('goods.refresh_failed', { error }));
     row = cache.byId.get(goodsId);
   }
   if (!row) {
@@ -70,7 +167,11 @@ export async function getGoods(config: Config, goodsId: number): Promise<GoodsRo
   return row;
 }
 
-/** Reloads the list now (after an admin change in this isolate), in the caller's request. */
+/**
+ * Reloads the list now from Postgres (after an admin change in this isolate), in the caller's
+ * request: this isolate and the data center's copy have the change at once, the other data
+ * centers within the list's 5 s.
+ */
 export async function invalidateGoods(config: Config): Promise<void> {
-  await reload(config);
+  await reload(config, 'postgres');
 }
