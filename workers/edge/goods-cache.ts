@@ -1,11 +1,9 @@
-import { getTableColumns } from 'drizzle-orm';
 import { dbOptions, httpDb } from '../../db/client';
 import { type GoodsRow, listCurrentGoods } from '../../db/goods';
-import { seckillGoods } from '../../db/schema';
 import type { Config } from '../kernel/config';
-import { sha256B64 } from '../kernel/crypto';
 import { AppError, unavailable } from '../kernel/errors';
 import { log } from '../kernel/log';
+import { readShared, type SharedCopy, sharedKey, writeShared } from './shared-copies';
 
 /** How long an isolate trusts its copy of the goods list. */
 const GOODS_TTL_MS = 4_000;
@@ -65,25 +63,25 @@ export async function currentGoods(config: Config, now = Date.now()): Promise<Ma
  */
 async function reload(config: Config, from: 'shared' | 'postgres'): Promise<void> {
   const shared = from === 'shared' ? await sharedList(config) : undefined;
-  if (shared && Date.now() - shared.listedAt < SHARED_TTL_MS) {
-    adopt(shared.rows);
+  if (shared && Date.now() - shared.at < SHARED_TTL_MS) {
+    adopt(shared.value);
     return;
   }
-  const listedAt = Date.now();
+  const at = Date.now();
   let rows: GoodsRow[];
   try {
     // One statement over SQL over HTTP: no Postgres session opened for it.
-    rows = await listCurrentGoods(httpDb(dbOptions(config)), listedAt, ENDED_VISIBLE_MS);
+    rows = await listCurrentGoods(httpDb(dbOptions(config)), at, ENDED_VISIBLE_MS);
   } catch (error) {
     if (!shared) {
       throw error;
     }
-    log.warn('goods.refresh_failed', { error, sharedAgeMs: Date.now() - shared.listedAt });
-    adopt(shared.rows);
+    log.warn('goods.refresh_failed', { error, sharedAgeMs: Date.now() - shared.at });
+    adopt(shared.value);
     return;
   }
   adopt(rows);
-  await shareList(config, { listedAt, rows });
+  await writeShared(await sharedListKey(config.databaseUrl), { at, value: rows }, SHARED_KEEP_SECONDS);
 }
 
 function adopt(rows: GoodsRow[]): void {
@@ -91,61 +89,23 @@ function adopt(rows: GoodsRow[]): void {
   cache.at = Date.now();
 }
 
-/** A goods list as the data center shares it: when Postgres listed it, and its rows. */
-export type SharedList = { listedAt: number; rows: GoodsRow[] };
 /** The columns of a goods row that are dates, which a shared copy carries as ISO strings. */
 const DATE_COLUMNS = ['startAt', 'endAt', 'createdAt', 'updatedAt'] as const;
 
-/** The row's columns as this build reads them: a build with other columns shares its lists under other keys. */
-const COLUMNS = Object.keys(getTableColumns(seckillGoods)).join(',');
-
-/**
- * The Cache API's key of a deployment's list: one per database and set of columns (hashed: the
- * URL holds its password), on a host of its own so that no request to the shop's zone can be
- * answered from it. During a deploy each build reads only the lists of its own columns.
- */
-const sharedKeys = new Map<string, string>();
-export async function sharedListKey(databaseUrl: string): Promise<string> {
-  let key = sharedKeys.get(databaseUrl);
-  if (key === undefined) {
-    key = `https://goods-list.edge-seckill.internal/${await sha256B64(`${databaseUrl}|${COLUMNS}`, 22)}`;
-    sharedKeys.set(databaseUrl, key);
-  }
-  return key;
+/** The Cache API's key of the deployment's shared list (shared-copies.ts). */
+export function sharedListKey(databaseUrl: string): Promise<string> {
+  return sharedKey(databaseUrl, 'goods-list');
 }
 
-/**
- * The data center's copy of the list (Cache API), of any age; none where there is no cache
- * (a workers.dev subdomain's puts are dropped, so there each isolate asks Postgres as before)
- * or the cache fails: it only saves Postgres work, so it never fails a request.
- */
-async function sharedList(config: Config): Promise<SharedList | undefined> {
-  try {
-    const hit = await caches.default.match(await sharedListKey(config.databaseUrl));
-    if (!hit) {
-      return undefined;
+/** The data center's copy of the list, of any age, with its dates as dates. */
+async function sharedList(config: Config): Promise<SharedCopy<GoodsRow[]> | undefined> {
+  const list = await readShared<GoodsRow[]>(await sharedListKey(config.databaseUrl));
+  for (const row of list?.value ?? []) {
+    for (const column of DATE_COLUMNS) {
+      row[column] = new Date(row[column]);
     }
-    const list = (await hit.json()) as SharedList;
-    for (const row of list.rows) {
-      for (const column of DATE_COLUMNS) {
-        row[column] = new Date(row[column]);
-      }
-    }
-    return list;
-  } catch (error) {
-    log.warn('goods.shared_read_failed', { error });
-    return undefined;
   }
-}
-
-async function shareList(config: Config, list: SharedList): Promise<void> {
-  try {
-    const body = JSON.stringify(list);
-    const headers = { 'content-type': 'application/json', 'cache-control': `max-age=${SHARED_KEEP_SECONDS}` };
-    await caches.default.put(await sharedListKey(config.databaseUrl), new Response(body, { headers }));
-  } catch (error) {
-    log.warn('goods.shared_write_failed', { error });
-  }
+  return list;
 }
 
 /**

@@ -1,6 +1,7 @@
 import type { Config } from '../kernel/config';
 import { FAIL_REASONS, type FailReason, type GoodsPlacement, type ResultView, type StockSnapshot } from '../kernel/contract';
 import { readResult, readStocks } from '../mirror/client';
+import { dropShared, readShared, sharedKey, writeShared } from './shared-copies';
 import { goodsSnapshot } from './stock-shards';
 
 // Shopper reads that try the mirror first and fall back to the goods' object, so polling
@@ -30,9 +31,9 @@ export async function mirroredResult(config: Config, requestId: string): Promise
 export type StockRead = { remaining: number; snapshot?: StockSnapshot };
 
 /**
- * Remaining stock of each goods: the mirror in one round trip, then the object for whatever
- * the mirror lacks (or for everything when it is off or down). An entry is undefined when
- * neither answers (the page shows the database's figure).
+ * Remaining stock of each goods: the mirror in one round trip, then the objects for whatever
+ * the mirror lacks (or for everything when it is off or down), as kept below. An entry is
+ * undefined when neither answers (the page shows the database's figure).
  */
 export async function readRemaining(env: Env, config: Config, goods: GoodsPlacement[]): Promise<(StockRead | undefined)[]> {
   const mirrored = config.redis
@@ -47,11 +48,76 @@ export async function readRemaining(env: Env, config: Config, goods: GoodsPlacem
       if (m !== undefined && m !== null) {
         return { remaining: m };
       }
-      const snapshot = await goodsSnapshot(env, g).then(
-        (s) => s.total,
-        () => undefined,
-      );
-      return snapshot ? { remaining: snapshot.remaining, snapshot } : undefined;
+      return objectStock(env, config, g);
     }),
   );
+}
+
+/**
+ * How old a stock figure from the objects may be on a goods page: an isolate keeps what they
+ * said for this long, and the data center's copy serves its isolates as long after the objects
+ * gave it. A crowd refreshing the page before a sale is then at most one read of the goods'
+ * shards a second per data center, not one per page view (each of which asks every shard).
+ */
+const PAGE_STOCK_MS = 1_000;
+/** The data center keeps a copy no longer than this (an older one is never read). */
+const SHARED_STOCK_KEEP_SECONDS = 60;
+
+/** What an isolate keeps of a goods' stock: the read, when the objects gave it, and when a request last went to renew it. */
+type KeptStock = { at: number; read: StockRead; renewingSince: number };
+const kept = new Map<number, KeptStock>();
+
+function stockKey(config: Config, goodsId: number): Promise<string> {
+  return sharedKey(config.databaseUrl, `stock/${goodsId}`);
+}
+
+/**
+ * The goods' stock as its objects last said it, at most PAGE_STOCK_MS old: the isolate's own
+ * copy, else the data center's, else the objects themselves (whose figure both then keep). While
+ * one request renews the isolate's copy the others answer from it; no request waits on another.
+ */
+async function objectStock(env: Env, config: Config, goods: GoodsPlacement): Promise<StockRead | undefined> {
+  const now = Date.now();
+  const mine = kept.get(goods.id);
+  if (mine && (now - mine.at < PAGE_STOCK_MS || now - mine.renewingSince < PAGE_STOCK_MS)) {
+    return mine.read;
+  }
+  if (mine) {
+    mine.renewingSince = now;
+  }
+  const key = await stockKey(config, goods.id);
+  const shared = await readShared<StockRead>(key);
+  if (shared && Date.now() - shared.at < PAGE_STOCK_MS) {
+    keep(goods.id, shared.at, shared.value);
+    return shared.value;
+  }
+  const at = Date.now();
+  const snapshot = await goodsSnapshot(env, goods).then(
+    (s) => s.total,
+    () => undefined,
+  );
+  if (!snapshot) {
+    // Neither answers: the next request asks again.
+    if (mine) {
+      mine.renewingSince = 0;
+    }
+    return undefined;
+  }
+  const read = { remaining: snapshot.remaining, snapshot };
+  keep(goods.id, at, read);
+  await writeShared(key, { at, value: read }, SHARED_STOCK_KEEP_SECONDS);
+  return read;
+}
+
+function keep(goodsId: number, at: number, read: StockRead): void {
+  kept.set(goodsId, { at, read, renewingSince: 0 });
+}
+
+/**
+ * Forgets the goods' stock figures here and in the data center (after an admin change to its
+ * sale: a pause, a new window), so the next page asks its objects.
+ */
+export async function forgetStock(config: Config, goodsId: number): Promise<void> {
+  kept.delete(goodsId);
+  await dropShared(await stockKey(config, goodsId));
 }

@@ -6,6 +6,7 @@ import { findGoods, type GoodsRow, insertGoods, setGoodsPaused, setGoodsShards, 
 import { getGoods, invalidateGoods } from '../../edge/goods-cache';
 import { goodsView } from '../../edge/goods-view';
 import { goodsStats } from '../../edge/stats';
+import { forgetStock } from '../../edge/stock-reads';
 import { allowlistShards, goodsSnapshot, initShards, pauseShards } from '../../edge/stock-shards';
 import { commitSeed, nextQueueSettings, pushRoomSettings, queueOf } from '../../edge/waiting-room';
 import type { Config } from '../../kernel/config';
@@ -72,6 +73,8 @@ export const admin = new Hono<AppEnv>()
     const rules = body.perUserLimit !== undefined || body.limitScope !== undefined || body.eligibility !== undefined;
     const snapshot =
       shards !== undefined || rules ? await initShards(c.env, row, toGoodsInit(row)) : (await goodsSnapshot(c.env, row)).total;
+    // Once the objects have the change: a goods page read before it would show the old window.
+    await forgetStock(c.get('config'), goodsId);
     return c.json(goodsAnswer(row, snapshot));
   })
 
@@ -154,6 +157,7 @@ async function setPaused(env: Env, config: Config, goodsId: number, paused: bool
   await pushRoomSettings(env, row);
   // Every shard holds the switch; objects never used yet are created paused or not from the row just written.
   const snapshot = (await pauseShards(env, row, paused)) ?? (await initShards(env, row, toGoodsInit(row)));
+  await forgetStock(config, goodsId);
   return { goodsId, paused: snapshot.paused, remaining: snapshot.remaining };
 }
 

@@ -1,0 +1,183 @@
+// What a data center's isolates share through the Cache API (workers/edge/shared-copies.ts).
+// The goods list (goods-cache.ts): an isolate whose own copy is stale takes the data center's
+// while it is fresh instead of asking Postgres, replaces an older one from Postgres, answers
+// from one of any age while Postgres is away, and an admin change reaches it at once. The goods
+// pages' stock (stock-reads.ts): a crowd's page views are one read of the goods' shards a
+// second, a fresh copy of the data center's answers without one, no figure is over a second
+// old, and a pause shows at once.
+import { env } from 'cloudflare:workers';
+import { eq } from 'drizzle-orm';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { GoodsRow } from '../../db/goods';
+import { seckillGoods } from '../../db/schema';
+import { sharedListKey } from '../../workers/edge/goods-cache';
+import { type SharedCopy, sharedKey } from '../../workers/edge/shared-copies';
+import type { StockRead } from '../../workers/edge/stock-reads';
+import type { ObjectCallsView } from '../../workers/kernel/object-calls';
+import { ADMIN, buy, call, createGoods, json, sql } from './helpers';
+
+/**
+ * The same database under a URL of this file's own, so that the shared copies it writes are
+ * under keys no other file reads (the key is the database URL's).
+ */
+const own = {
+  ...env,
+  DATABASE_URL: `${env.DATABASE_URL}${env.DATABASE_URL.includes('?') ? '&' : '?'}application_name=shared-copies`,
+} as Env;
+/** The same, with the mirror off: a goods page's stock comes from the objects. */
+const ownNoMirror = { ...own, UPSTASH_REDIS_REST_URL: '', UPSTASH_REDIS_REST_TOKEN: '' } as Env;
+/** Postgres out of reach, under a URL no other file uses either. */
+const away = { ...env, DATABASE_URL: 'postgres://nobody:nobody@127.0.0.1:1/shared-copies' } as Env;
+
+/** Past the isolate's own copy (4 s), and the shared copy's freshness (1 s) with it. */
+const PAST_BOTH_MS = 5_000;
+
+const CALLS = '/admin/dev/faults/object-calls';
+
+afterEach(async () => {
+  vi.useRealTimers();
+  expect((await call(CALLS, { method: 'PUT', headers: ADMIN, json: { watch: false, reset: true } })).status).toBe(200);
+});
+
+/**
+ * Moves this isolate's clock on by `ms` (the Worker reads the same Date), from where the file's
+ * last move left it: the isolate remembers when it last refreshed, so its clock never goes back.
+ */
+let ahead = 0;
+function later(ms: number): void {
+  vi.useRealTimers();
+  ahead += ms;
+  vi.useFakeTimers({ toFake: ['Date'], now: Date.now() + ahead });
+}
+
+async function rowOf(goodsId: number) {
+  const [row] = await sql((db) => db.select().from(seckillGoods).where(eq(seckillGoods.id, goodsId)));
+  if (!row) {
+    throw new Error(`no goods ${goodsId}`);
+  }
+  return row;
+}
+
+async function putShared(databaseUrl: string, list: SharedCopy<GoodsRow[]>): Promise<void> {
+  const headers = { 'content-type': 'application/json', 'cache-control': 'max-age=600' };
+  await caches.default.put(await sharedListKey(databaseUrl), new Response(JSON.stringify(list), { headers }));
+}
+
+async function readShared(databaseUrl: string): Promise<SharedCopy<GoodsRow[]> | undefined> {
+  const hit = await caches.default.match(await sharedListKey(databaseUrl));
+  return hit ? ((await hit.json()) as SharedCopy<GoodsRow[]>) : undefined;
+}
+
+async function titleOf(goodsId: number, workerEnv: Env): Promise<string> {
+  const res = await call(`/api/seckill/goods/${goodsId}`, { env: workerEnv });
+  const text = await res.clone().text();
+  expect(res.status, text).toBe(200);
+  return (await json<{ title: string }>(res)).title;
+}
+
+describe("the data center's goods list", () => {
+  it('answers an isolate whose copy is stale while it is fresh, and is replaced from Postgres once it is not', async () => {
+    const { goodsId } = await createGoods();
+    const row = await rowOf(goodsId);
+    // The goods' stock read once, so that the timings below are the list's.
+    expect(await titleOf(goodsId, own)).toBe(row.title);
+    later(PAST_BOTH_MS);
+    // A copy another isolate of the data center listed just now: its title is not Postgres'.
+    await putShared(own.DATABASE_URL, { at: Date.now(), value: [{ ...row, title: 'As the data center listed it' }] });
+    const fromShared = performance.now();
+    expect(await titleOf(goodsId, own)).toBe('As the data center listed it');
+    const sharedMs = performance.now() - fromShared;
+
+    // Both stale: the refresh asks Postgres, and shares what it read.
+    later(PAST_BOTH_MS);
+    const before = Date.now();
+    const fromPostgres = performance.now();
+    expect(await titleOf(goodsId, own)).toBe(row.title);
+    const postgresMs = performance.now() - fromPostgres;
+    console.info(
+      `shared-copies: a refreshing request took ${sharedMs.toFixed(1)} ms from the shared copy, ${postgresMs.toFixed(1)} ms from Postgres`,
+    );
+    const shared = await readShared(own.DATABASE_URL);
+    expect(shared?.at).toBeGreaterThanOrEqual(before);
+    expect(shared?.value.find((r) => r.id === goodsId)?.title).toBe(row.title);
+  });
+
+  it('answers from a copy of any age while Postgres is away', async () => {
+    const { goodsId } = await createGoods();
+    const row = await rowOf(goodsId);
+    await putShared(away.DATABASE_URL, { at: Date.now() - 120_000, value: [{ ...row, title: 'Listed two minutes ago' }] });
+    later(PAST_BOTH_MS);
+    expect(await titleOf(goodsId, away)).toBe('Listed two minutes ago');
+  });
+
+  it('takes an admin change at once', async () => {
+    const { goodsId } = await createGoods();
+    const before = Date.now();
+    const res = await call(`/admin/goods/${goodsId}/pause`, { method: 'POST', headers: ADMIN });
+    expect(res.status).toBe(200);
+    const shared = await readShared(env.DATABASE_URL);
+    expect(shared?.at).toBeGreaterThanOrEqual(before);
+    expect(shared?.value.find((r) => r.id === goodsId)?.status).toBe(1);
+  });
+});
+
+type Page = { remaining: number; status: string };
+
+async function page(goodsId: number): Promise<Page> {
+  const res = await call(`/api/seckill/goods/${goodsId}`, { env: ownNoMirror });
+  const text = await res.clone().text();
+  expect(res.status, text).toBe(200);
+  return json<Page>(res);
+}
+
+/** Counts object calls from here on. */
+async function watchCalls(): Promise<void> {
+  expect((await call(CALLS, { method: 'PUT', headers: ADMIN, json: { watch: true, reset: true } })).status).toBe(200);
+}
+
+/** The stock shards' snapshot calls counted since watchCalls. */
+async function snapshotCalls(): Promise<number> {
+  const view = await json<ObjectCallsView>(await call(CALLS, { headers: ADMIN }));
+  return view.counts.GoodsStock?.snapshot?.calls ?? 0;
+}
+
+describe("the goods pages' stock", () => {
+  const SHARDS = 4;
+
+  it("is one read of the goods' shards a second in an isolate, however many pages the crowd opens", async () => {
+    const { goodsId } = await createGoods({ stock: 20, shards: SHARDS });
+    // The clock held still, however long a loaded machine takes between the pages.
+    later(0);
+    expect((await page(goodsId)).remaining).toBe(20);
+    await watchCalls();
+    const crowd = await Promise.all(Array.from({ length: 50 }, () => page(goodsId)));
+    expect(crowd.every((p) => p.remaining === 20)).toBe(true);
+    expect(await snapshotCalls()).toBe(0);
+    // A second on: the first page renews the figure (every shard once), the rest answer from it meanwhile.
+    later(1_100);
+    const next = await Promise.all(Array.from({ length: 50 }, () => page(goodsId)));
+    expect(next.every((p) => p.remaining === 20)).toBe(true);
+    expect(await snapshotCalls()).toBe(SHARDS);
+  });
+
+  it("answers from the data center's fresh copy without asking the objects", async () => {
+    const { goodsId } = await createGoods({ stock: 20, shards: SHARDS });
+    const key = await sharedKey(ownNoMirror.DATABASE_URL, `stock/${goodsId}`);
+    const copy: SharedCopy<StockRead> = { at: Date.now(), value: { remaining: 7 } };
+    await caches.default.put(key, new Response(JSON.stringify(copy), { headers: { 'cache-control': 'max-age=60' } }));
+    await watchCalls();
+    expect((await page(goodsId)).remaining).toBe(7);
+    expect(await snapshotCalls()).toBe(0);
+  });
+
+  it('is never more than a second old, and shows a pause at once', async () => {
+    const { goodsId } = await createGoods({ stock: 20, shards: SHARDS });
+    expect((await page(goodsId)).remaining).toBe(20);
+    expect((await buy('page-stock-buyer', goodsId)).status).toBe(202);
+    later(1_100);
+    expect((await page(goodsId)).remaining).toBe(19);
+    const res = await call(`/admin/goods/${goodsId}/pause`, { method: 'POST', headers: ADMIN, env: own });
+    expect(res.status).toBe(200);
+    expect((await page(goodsId)).status).toBe('PAUSED');
+  });
+});
