@@ -33,6 +33,7 @@ type Result = {
     inWorker: { requests: number; meanMs: number; within: { ms: number; share: number }[] };
   };
   soldOut: Phase & { ratioToFloor: number };
+  goodsPage: Phase & { shards: number; stockCallsPerView: number };
   consumer: {
     ordersPerSec: number;
     insertFloorPerSec: number;
@@ -146,7 +147,7 @@ describe('npm run bench', () => {
       expect((await readdir('/dev/shm')).filter((f) => f.startsWith('edge-seckill-bench-objects-'))).toEqual([]);
     }
     expect(latest.machine.cpus).toBeGreaterThan(0);
-    for (const phase of [latest.floor, latest.purchase, latest.soldOut]) {
+    for (const phase of [latest.floor, latest.purchase, latest.soldOut, latest.goodsPage]) {
       expect(phase.rps).toBeGreaterThan(0);
       expect(phase.requests).toBeGreaterThan(0);
       expect(phase.p50Ms).toBeLessThanOrEqual(phase.p99Ms);
@@ -216,6 +217,13 @@ describe('npm run bench', () => {
     expect(latest.objectDelay.delayMs).toBe(50);
     expect(latest.objectDelay.accepted).toBeGreaterThan(0);
     expect(latest.objectDelay.p50Ms).toBeGreaterThanOrEqual(50);
+
+    // Goods page views of a goods of 8 shards: answered, and its shards asked about once a second
+    // (and by the first views at once, before any figure is kept), not each of them on every view
+    // (8 calls a view).
+    expect(Object.keys(latest.goodsPage.outcomes)).toEqual(['200']);
+    expect(latest.goodsPage.shards).toBe(8);
+    expect(latest.goodsPage.stockCallsPerView).toBeLessThan(0.5);
 
     // The sharded goods sold every unit; the queue admitted and sold to every shopper who joined.
     expect(latest.shards).toMatchObject({ shardsAsked: 8, shardsReported: 8, soldAll: true });

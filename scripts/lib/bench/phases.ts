@@ -171,6 +171,23 @@ export async function modelPhase(
   };
 }
 
+export type GoodsPagePhase = PhaseResult & {
+  /** The goods' stock shards: without the mirror, a page read asks each of them. */
+  shards: number;
+  /** Stock object calls per page view (the stock figure kept in the isolate and the data center). */
+  stockCallsPerView: number;
+};
+
+/** Shoppers waiting on a goods page: its one-goods read, again and again, the sale on. */
+export async function goodsPagePhase(c: BenchContext, shards: number): Promise<GoodsPagePhase> {
+  const durationS = Math.min(c.o.durationS, 5);
+  c.say(`Goods page: GET /api/seckill/goods/:goodsId of a goods of ${shards} shards for ${durationS} s...`);
+  const goods = await saleGoods(c, 'goods page', 1_000, { shards });
+  const counted = await countCalls(c.calls, () => c.phase({ path: `/api/seckill/goods/${goods.goodsId}`, durationS }));
+  const stockCalls = byClass(counted.counts).GoodsStock?.calls ?? 0;
+  return { ...counted.result, shards, stockCallsPerView: round(stockCalls / Math.max(1, counted.result.requests), 4) };
+}
+
 export type DelayPhase = PhaseResult & {
   delayMs: number;
   accepted: number;

@@ -8,7 +8,7 @@ import type { ClassicRun } from './classic/index.ts';
 import type { HeldReadsPhase } from './held-reads.ts';
 import { MODEL_SHARDS, objectsPerGoods, TARGET_PURCHASES_PER_SEC } from './model.ts';
 import { purchasesPerStockCall } from './objects.ts';
-import type { DelayPhase, ModelPhase, ShardPhase } from './phases.ts';
+import type { DelayPhase, GoodsPagePhase, ModelPhase, ShardPhase } from './phases.ts';
 import type { QueuePhase } from './room.ts';
 
 type Extras = {
@@ -16,6 +16,8 @@ type Extras = {
   model: ModelPhase;
   objectDelay: DelayPhase | null;
   shards: ShardPhase | null;
+  /** Absent in results of runs before the phase. */
+  goodsPage?: GoodsPagePhase;
   queue: QueuePhase | null;
   /** Absent in results of runs before the phase. */
   heldReads?: HeldReadsPhase | null;
@@ -110,6 +112,18 @@ export function formatExtras(r: Extras): string[] {
         `${fmt(s.oneShardAfter.acceptedPerSec)} right after); ${s.shardsReported} in the stats; ` +
         `${s.soldAll ? `all ${fmt(s.stock)} units sold` : `${fmt(s.remaining)} of ${fmt(s.stock)} units left`}; ` +
         `${fmt(s.purchasesPerCall, 1)} purchases a stock call (1 shard: ${fmt(r.purchase.objectCalls && purchasesPerStockCall(r.purchase.objectCalls), 1)})`,
+    ]);
+  }
+  const g = r.goodsPage;
+  if (g) {
+    rows.push([
+      `goods page, ${g.shards} shards`,
+      fmt(g.requests),
+      fmt(g.rps),
+      fmt(g.p50Ms),
+      fmt(g.p90Ms),
+      fmt(g.p99Ms),
+      `${fmt(g.stockCallsPerView, 4)} stock object calls a page view (the figure kept a second; each read asks every shard)`,
     ]);
   }
   const c = 'skipped' in r.classic ? undefined : r.classic;
