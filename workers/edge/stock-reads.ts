@@ -63,8 +63,11 @@ const PAGE_STOCK_MS = 1_000;
 /** The data center keeps a copy no longer than this (an older one is never read). */
 const SHARED_STOCK_KEEP_SECONDS = 60;
 
-/** What an isolate keeps of a goods' stock: the read, when the objects gave it, and when a request last went to renew it. */
-type KeptStock = { at: number; read: StockRead; renewingSince: number };
+/**
+ * What an isolate keeps of a goods' stock: the read (none before the first), when the objects
+ * gave it, and when a request last went to renew it.
+ */
+type KeptStock = { at: number; read: StockRead | undefined; renewingSince: number };
 const kept = new Map<number, KeptStock>();
 
 function stockKey(config: Config, goodsId: number): Promise<string> {
@@ -74,17 +77,18 @@ function stockKey(config: Config, goodsId: number): Promise<string> {
 /**
  * The goods' stock as its objects last said it, at most PAGE_STOCK_MS old: the isolate's own
  * copy, else the data center's, else the objects themselves (whose figure both then keep). While
- * one request renews the isolate's copy the others answer from it; no request waits on another.
+ * one request renews the isolate's copy the others answer from it, and before there is one they
+ * answer none (the page shows the database's figure for that moment): no request waits on
+ * another, and a new isolate's first views ask the shards once, not once each.
  */
 async function objectStock(env: Env, config: Config, goods: GoodsPlacement): Promise<StockRead | undefined> {
   const now = Date.now();
-  const mine = kept.get(goods.id);
-  if (mine && (now - mine.at < PAGE_STOCK_MS || now - mine.renewingSince < PAGE_STOCK_MS)) {
+  const mine = kept.get(goods.id) ?? { at: 0, read: undefined, renewingSince: 0 };
+  if (now - mine.at < PAGE_STOCK_MS || now - mine.renewingSince < PAGE_STOCK_MS) {
     return mine.read;
   }
-  if (mine) {
-    mine.renewingSince = now;
-  }
+  mine.renewingSince = now;
+  kept.set(goods.id, mine);
   const key = await stockKey(config, goods.id);
   const shared = await readShared<StockRead>(key);
   if (shared && Date.now() - shared.at < PAGE_STOCK_MS) {
@@ -98,9 +102,7 @@ async function objectStock(env: Env, config: Config, goods: GoodsPlacement): Pro
   );
   if (!snapshot) {
     // Neither answers: the next request asks again.
-    if (mine) {
-      mine.renewingSince = 0;
-    }
+    mine.renewingSince = 0;
     return undefined;
   }
   const read = { remaining: snapshot.remaining, snapshot };
