@@ -31,40 +31,17 @@ export async function mirroredResult(config: Config, requestId: string): Promise
 export type StockRead = { remaining: number; snapshot?: StockSnapshot };
 
 /**
- * Remaining stock of each goods: the mirror in one round trip, then the objects for whatever
- * the mirror lacks (or for everything when it is off or down), as kept below. An entry is
- * undefined when neither answers (the page shows the database's figure).
- */
-export async function readRemaining(env: Env, config: Config, goods: GoodsPlacement[]): Promise<(StockRead | undefined)[]> {
-  const mirrored = config.redis
-    ? await readStocks(
-        config.redis,
-        goods.map((g) => g.id),
-      )
-    : undefined;
-  return Promise.all(
-    goods.map(async (g, i): Promise<StockRead | undefined> => {
-      const m = mirrored?.[i];
-      if (m !== undefined && m !== null) {
-        return { remaining: m };
-      }
-      return objectStock(env, config, g);
-    }),
-  );
-}
-
-/**
- * How old a stock figure from the objects may be on a goods page: an isolate keeps what they
- * said for this long, and the data center's copy serves its isolates as long after the objects
- * gave it. A crowd refreshing the page before a sale is then at most one read of the goods'
- * shards a second per data center, not one per page view (each of which asks every shard).
+ * How old a stock figure may be on a goods page: an isolate keeps what the mirror or the objects
+ * said for this long, and the data center's copy serves its isolates as long after they gave
+ * it. A crowd refreshing the page before a sale is then at most one read a second per data
+ * center, of the mirror or of every shard of the goods, not one per page view.
  */
 const PAGE_STOCK_MS = 1_000;
 /** The data center keeps a copy no longer than this (an older one is never read). */
 const SHARED_STOCK_KEEP_SECONDS = 60;
 
 /**
- * What an isolate keeps of a goods' stock: the read (none before the first), when the objects
+ * What an isolate keeps of a goods' stock: the read (none before the first), when its source
  * gave it, and when a request last went to renew it.
  */
 type KeptStock = { at: number; read: StockRead | undefined; renewingSince: number };
@@ -75,40 +52,92 @@ function stockKey(config: Config, goodsId: number): Promise<string> {
 }
 
 /**
- * The goods' stock as its objects last said it, at most PAGE_STOCK_MS old: the isolate's own
- * copy, else the data center's, else the objects themselves (whose figure both then keep). While
- * one request renews the isolate's copy the others answer from it, and before there is one they
- * answer none (the page shows the database's figure for that moment): no request waits on
- * another, and a new isolate's first views ask the shards once, not once each.
+ * Remaining stock of each goods, at most PAGE_STOCK_MS old: the isolate's own figure, else
+ * renewed (renewStock). While one request renews a goods' figure the others answer from it, and
+ * before there is one they answer none, as when no source answers (the page shows the
+ * database's figure for that moment): no request waits on another, and a new isolate's first
+ * views ask once, not once each.
  */
-async function objectStock(env: Env, config: Config, goods: GoodsPlacement): Promise<StockRead | undefined> {
+export async function readRemaining(env: Env, config: Config, goods: GoodsPlacement[]): Promise<(StockRead | undefined)[]> {
   const now = Date.now();
-  const mine = kept.get(goods.id) ?? { at: 0, read: undefined, renewingSince: 0 };
-  if (now - mine.at < PAGE_STOCK_MS || now - mine.renewingSince < PAGE_STOCK_MS) {
-    return mine.read;
+  const answers: (StockRead | undefined)[] = [];
+  const renewing: { goods: GoodsPlacement; index: number; mine: KeptStock }[] = [];
+  goods.forEach((g, index) => {
+    const mine = kept.get(g.id) ?? { at: 0, read: undefined, renewingSince: 0 };
+    if (now - mine.at < PAGE_STOCK_MS || now - mine.renewingSince < PAGE_STOCK_MS) {
+      answers[index] = mine.read;
+      return;
+    }
+    mine.renewingSince = now;
+    kept.set(g.id, mine);
+    renewing.push({ goods: g, index, mine });
+  });
+  if (renewing.length > 0) {
+    const renewed = await renewStock(
+      env,
+      config,
+      renewing.map((r) => r.goods),
+    );
+    renewing.forEach((r, k) => {
+      answers[r.index] = renewed[k];
+      if (renewed[k] === undefined) {
+        // Nothing answered: the next request asks again.
+        r.mine.renewingSince = 0;
+      }
+    });
   }
-  mine.renewingSince = now;
-  kept.set(goods.id, mine);
-  const key = await stockKey(config, goods.id);
-  const shared = await readShared<StockRead>(key);
-  if (shared && Date.now() - shared.at < PAGE_STOCK_MS) {
-    keep(goods.id, shared.at, shared.value);
-    return shared.value;
-  }
+  return goods.map((_, index) => answers[index]);
+}
+
+/**
+ * Fresh figures for `goods`: the data center's copies while under PAGE_STOCK_MS old, else the
+ * mirror in one round trip, then the objects for whatever the mirror lacks (or for everything
+ * when it is off or down); each new figure kept here and shared. Undefined where none answers.
+ */
+async function renewStock(env: Env, config: Config, goods: GoodsPlacement[]): Promise<(StockRead | undefined)[]> {
+  const keys = await Promise.all(goods.map((g) => stockKey(config, g.id)));
+  const shared = await Promise.all(keys.map((key) => readShared<StockRead>(key)));
   const at = Date.now();
+  const reads = shared.map((copy, i): StockRead | undefined => {
+    const g = goods[i];
+    if (!copy || !g || at - copy.at >= PAGE_STOCK_MS) {
+      return undefined;
+    }
+    keep(g.id, copy.at, copy.value);
+    return copy.value;
+  });
+  const missing = goods.flatMap((g, i) => (reads[i] === undefined ? [{ g, i }] : []));
+  if (missing.length === 0) {
+    return reads;
+  }
+  const mirrored = config.redis
+    ? await readStocks(
+        config.redis,
+        missing.map((m) => m.g.id),
+      )
+    : undefined;
+  await Promise.all(
+    missing.map(async ({ g, i }, k) => {
+      const m = mirrored?.[k];
+      const read = m !== undefined && m !== null ? { remaining: m } : await objectsRead(env, g);
+      const key = keys[i];
+      if (read && key) {
+        reads[i] = read;
+        keep(g.id, at, read);
+        await writeShared(key, { at, value: read }, SHARED_STOCK_KEEP_SECONDS);
+      }
+    }),
+  );
+  return reads;
+}
+
+/** The goods' stock summed over its shards, with the snapshot; undefined when they do not answer. */
+async function objectsRead(env: Env, goods: GoodsPlacement): Promise<StockRead | undefined> {
   const snapshot = await goodsSnapshot(env, goods).then(
     (s) => s.total,
     () => undefined,
   );
-  if (!snapshot) {
-    // Neither answers: the next request asks again.
-    mine.renewingSince = 0;
-    return undefined;
-  }
-  const read = { remaining: snapshot.remaining, snapshot };
-  keep(goods.id, at, read);
-  await writeShared(key, { at, value: read }, SHARED_STOCK_KEEP_SECONDS);
-  return read;
+  return snapshot ? { remaining: snapshot.remaining, snapshot } : undefined;
 }
 
 function keep(goodsId: number, at: number, read: StockRead): void {
