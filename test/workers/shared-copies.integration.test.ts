@@ -11,7 +11,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { GoodsRow } from '../../db/goods';
 import { seckillGoods } from '../../db/schema';
 import { sharedListKey } from '../../workers/edge/goods-cache';
-import { type SharedCopy, sharedKey } from '../../workers/edge/shared-copies';
+import { readShared, type SharedCopy, sharedKey, writeShared } from '../../workers/edge/shared-copies';
 import type { StockRead } from '../../workers/edge/stock-reads';
 import type { ObjectCallsView } from '../../workers/kernel/object-calls';
 import { ADMIN, buy, call, createGoods, json, sql } from './helpers';
@@ -58,14 +58,13 @@ async function rowOf(goodsId: number) {
   return row;
 }
 
-async function putShared(databaseUrl: string, list: SharedCopy<GoodsRow[]>): Promise<void> {
-  const headers = { 'content-type': 'application/json', 'cache-control': 'max-age=600' };
-  await caches.default.put(await sharedListKey(databaseUrl), new Response(JSON.stringify(list), { headers }));
+/** The shared list of the deployment whose database is `databaseUrl`, put or read as the Worker does. */
+async function putList(databaseUrl: string, list: SharedCopy<GoodsRow[]>): Promise<void> {
+  await writeShared(await sharedListKey(databaseUrl), list, 600);
 }
 
-async function readShared(databaseUrl: string): Promise<SharedCopy<GoodsRow[]> | undefined> {
-  const hit = await caches.default.match(await sharedListKey(databaseUrl));
-  return hit ? ((await hit.json()) as SharedCopy<GoodsRow[]>) : undefined;
+async function readList(databaseUrl: string): Promise<SharedCopy<GoodsRow[]> | undefined> {
+  return readShared<GoodsRow[]>(await sharedListKey(databaseUrl));
 }
 
 async function titleOf(goodsId: number, workerEnv: Env): Promise<string> {
@@ -83,7 +82,7 @@ describe("the data center's goods list", () => {
     expect(await titleOf(goodsId, own)).toBe(row.title);
     later(PAST_BOTH_MS);
     // A copy another isolate of the data center listed just now: its title is not Postgres'.
-    await putShared(own.DATABASE_URL, { at: Date.now(), value: [{ ...row, title: 'As the data center listed it' }] });
+    await putList(own.DATABASE_URL, { at: Date.now(), value: [{ ...row, title: 'As the data center listed it' }] });
     const fromShared = performance.now();
     expect(await titleOf(goodsId, own)).toBe('As the data center listed it');
     const sharedMs = performance.now() - fromShared;
@@ -97,7 +96,7 @@ describe("the data center's goods list", () => {
     console.info(
       `shared-copies: a refreshing request took ${sharedMs.toFixed(1)} ms from the shared copy, ${postgresMs.toFixed(1)} ms from Postgres`,
     );
-    const shared = await readShared(own.DATABASE_URL);
+    const shared = await readList(own.DATABASE_URL);
     expect(shared?.at).toBeGreaterThanOrEqual(before);
     expect(shared?.value.find((r) => r.id === goodsId)?.title).toBe(row.title);
   });
@@ -105,7 +104,7 @@ describe("the data center's goods list", () => {
   it('answers from a copy of any age while Postgres is away', async () => {
     const { goodsId } = await createGoods();
     const row = await rowOf(goodsId);
-    await putShared(away.DATABASE_URL, { at: Date.now() - 120_000, value: [{ ...row, title: 'Listed two minutes ago' }] });
+    await putList(away.DATABASE_URL, { at: Date.now() - 120_000, value: [{ ...row, title: 'Listed two minutes ago' }] });
     later(PAST_BOTH_MS);
     expect(await titleOf(goodsId, away)).toBe('Listed two minutes ago');
   });
@@ -115,7 +114,7 @@ describe("the data center's goods list", () => {
     const before = Date.now();
     const res = await call(`/admin/goods/${goodsId}/pause`, { method: 'POST', headers: ADMIN });
     expect(res.status).toBe(200);
-    const shared = await readShared(env.DATABASE_URL);
+    const shared = await readList(env.DATABASE_URL);
     expect(shared?.at).toBeGreaterThanOrEqual(before);
     expect(shared?.value.find((r) => r.id === goodsId)?.status).toBe(1);
   });
@@ -167,8 +166,7 @@ describe("the goods pages' stock", () => {
   it("answers from the data center's fresh copy without asking the objects", async () => {
     const { goodsId } = await createGoods({ stock: 20, shards: SHARDS });
     const key = await sharedKey(ownNoMirror.DATABASE_URL, `stock/${goodsId}`);
-    const copy: SharedCopy<StockRead> = { at: Date.now(), value: { remaining: 7 } };
-    await caches.default.put(key, new Response(JSON.stringify(copy), { headers: { 'cache-control': 'max-age=60' } }));
+    await writeShared<StockRead>(key, { at: Date.now(), value: { remaining: 7 } }, 60);
     await watchCalls();
     expect((await page(goodsId)).remaining).toBe(7);
     expect(await snapshotCalls()).toBe(0);

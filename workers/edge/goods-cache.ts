@@ -1,5 +1,7 @@
+import { getTableColumns } from 'drizzle-orm';
 import { dbOptions, httpDb } from '../../db/client';
 import { type GoodsRow, listCurrentGoods } from '../../db/goods';
+import { seckillGoods } from '../../db/schema';
 import type { Config } from '../kernel/config';
 import { AppError, unavailable } from '../kernel/errors';
 import { log } from '../kernel/log';
@@ -89,8 +91,8 @@ function adopt(rows: GoodsRow[]): void {
   cache.at = Date.now();
 }
 
-/** The columns of a goods row that are dates, which a shared copy carries as ISO strings. */
-const DATE_COLUMNS = ['startAt', 'endAt', 'createdAt', 'updatedAt'] as const;
+/** The columns of a goods row that are dates (from the table), which a shared copy carries as ISO strings. */
+const DATE_COLUMNS = Object.entries(getTableColumns(seckillGoods)).flatMap(([name, column]) => (column.dataType === 'date' ? [name] : []));
 
 /** The Cache API's key of the deployment's shared list (shared-copies.ts). */
 export function sharedListKey(databaseUrl: string): Promise<string> {
@@ -101,8 +103,9 @@ export function sharedListKey(databaseUrl: string): Promise<string> {
 async function sharedList(config: Config): Promise<SharedCopy<GoodsRow[]> | undefined> {
   const list = await readShared<GoodsRow[]>(await sharedListKey(config.databaseUrl));
   for (const row of list?.value ?? []) {
+    const fields: Record<string, unknown> = row;
     for (const column of DATE_COLUMNS) {
-      row[column] = new Date(row[column]);
+      fields[column] = new Date(String(fields[column]));
     }
   }
   return list;
