@@ -3,8 +3,9 @@ import { z } from 'zod';
 import type { SqlExecutor } from './orders';
 
 // The shoppers an `allowlist` goods is open to, and what the edge asks about one shopper before
-// a sale: on the list or not, units held, a live order of another goods of the activity. Every
-// function is single statements, so both the pool and SQL over HTTP fit.
+// a sale: on the list or not, units held, a live order of another goods of the activity; the
+// list in pages for the edge's copies of it. Every function is single statements, so both the
+// pool and SQL over HTTP fit.
 
 /** Ids per statement: each chunk goes as one JSON value (one bound parameter, one round trip). */
 export const ALLOWLIST_CHUNK = 20_000;
@@ -28,7 +29,21 @@ export async function changeAllowlist(
       sql`DELETE FROM seckill_allowlist WHERE goods_id = ${goodsId}::bigint AND user_id IN (SELECT value FROM jsonb_array_elements_text(${ids}::jsonb))`,
     );
   }
+  if (add.length > 0 || remove.length > 0) {
+    // After the change: an edge copy made under the old version holds at least what that version held.
+    await db.execute(sql`UPDATE seckill_goods SET allowlist_version = allowlist_version + 1 WHERE id = ${goodsId}::bigint`);
+  }
   return countAllowlist(db, goodsId);
+}
+
+/** Shoppers of a goods' allowlist in the primary key's order, `limit` after `after` (a keyset page). */
+export async function allowlistPage(db: SqlExecutor, goodsId: number, after: string | null, limit: number): Promise<string[]> {
+  const { rows } = await db.execute(
+    after === null
+      ? sql`SELECT user_id FROM seckill_allowlist WHERE goods_id = ${goodsId}::bigint ORDER BY user_id LIMIT ${limit}`
+      : sql`SELECT user_id FROM seckill_allowlist WHERE goods_id = ${goodsId}::bigint AND user_id > ${after} ORDER BY user_id LIMIT ${limit}`,
+  );
+  return rows.map((r) => String(r.user_id));
 }
 
 /** How many shoppers a goods' allowlist holds. */

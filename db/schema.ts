@@ -51,6 +51,12 @@ export const seckillGoods = pgTable(
     /** `open`, or `allowlist`: only the shoppers of seckill_allowlist may buy. */
     eligibility: text('eligibility').$type<Eligibility>().notNull().default('open'),
     /**
+     * Moved by every change of the goods' allowlist, after the change: the edge keeps the list's
+     * fingerprints per version (workers/edge/allowlist-copies.ts) and learns of a new one with the
+     * goods list.
+     */
+    allowlistVersion: integer('allowlist_version').notNull().default(0),
+    /**
      * The `Idempotency-Key` of the `POST /admin/goods` that created the goods, and a digest of
      * that request's body: the same key again answers this goods instead of making another.
      */

@@ -3,12 +3,17 @@ import { dbOptions, httpDb } from '../../db/client';
 import type { GoodsRow } from '../../db/goods';
 import type { Config } from '../kernel/config';
 import { AppError } from '../kernel/errors';
+import { listedAtEdge } from './allowlist-copies';
+import type { WaitUntil } from './group-commit';
 
 // The sale rules the edge checks before the goods' object does: the allowlist and the activity's
-// one live order. Asked of Postgres over SQL over HTTP (one indexed statement, no session), not
-// of the goods' object, so the token route and the waiting room's join do not funnel every
-// shopper into the one object the sale itself runs on. The object checks the allowlist again
-// where the unit is taken, and Postgres' unique index is the activity rule's final guard.
+// one live order, not asked of the goods' object, so the token route and the waiting room's join
+// do not funnel every shopper into the one object the sale itself runs on. The allowlist is read
+// from the isolate's copy of the list (allowlist-copies.ts) once it has one, so a crowd's joins
+// and ticket requests do not each ask Postgres either; the activity rule, and the allowlist until
+// the copy is there, ask Postgres over SQL over HTTP (one indexed statement, no session). The
+// object checks the allowlist again where the unit is taken, and Postgres' unique index is the
+// activity rule's final guard.
 
 /** Whether a goods has a rule only Postgres can check before the purchase (open, per-goods sales have none). */
 export function hasEdgeRules(goods: Pick<GoodsRow, 'eligibility' | 'limitScope'>): boolean {
@@ -33,9 +38,15 @@ export function refuseIneligible(goods: GoodsRow, standing: Standing): void {
   }
 }
 
-/** The checks above in one call, for the token route and the waiting room's join. */
-export async function requireEligible(config: Config, goods: GoodsRow, userId: string): Promise<void> {
-  if (hasEdgeRules(goods)) {
-    refuseIneligible(goods, await standingOf(config, goods, userId));
+/**
+ * The checks above in one call, for the token route and the waiting room's join: an allowlist
+ * goods of per-goods limits answers from the isolate's copy of its list when it has one
+ * (`waitUntil` lets a missing copy load in the background), anything else asks Postgres.
+ */
+export async function requireEligible(config: Config, goods: GoodsRow, userId: string, waitUntil: WaitUntil | undefined): Promise<void> {
+  if (!hasEdgeRules(goods)) {
+    return;
   }
+  const listed = goods.limitScope === 'activity' ? undefined : listedAtEdge(config, goods, userId, waitUntil);
+  refuseIneligible(goods, listed === undefined ? await standingOf(config, goods, userId) : { listed, held: 0, elsewhere: false });
 }

@@ -5,10 +5,11 @@ import { log } from '../kernel/log';
 
 // Copies a data center's isolates share through the Cache API (`caches.default`), of what each
 // isolate would otherwise ask Postgres or a Durable Object for on its own: the goods list
-// (goods-cache.ts) and the stock figures of the goods pages (stock-reads.ts). A crowd's isolates
-// are thousands, most of them in a few data centers; through these the source hears about one
-// read a second per data center instead of one per isolate. A copy only saves work: a read or
-// write that fails is logged and the caller asks the source itself, as it does where there is
+// (goods-cache.ts), the stock figures of the goods pages (stock-reads.ts) and the fingerprints of
+// an allowlist goods' list (allowlist-copies.ts). A crowd's isolates are thousands, most of them
+// in a few data centers; through these the source hears about one read a second (or one load a
+// version) per data center instead of one per isolate. A copy only saves work: a read or write
+// that fails is logged and the caller asks the source itself, as it does where there is
 // no cache (on a workers.dev subdomain the Cache API keeps nothing).
 
 /** A shared copy: when its source gave it, and what it gave. */
@@ -49,6 +50,27 @@ export async function writeShared<T>(key: string, copy: SharedCopy<T>, keepSecon
   try {
     const headers = { 'content-type': 'application/json', 'cache-control': `max-age=${keepSeconds}` };
     await caches.default.put(key, new Response(JSON.stringify(copy), { headers }));
+  } catch (error) {
+    log.warn('shared_copy.write_failed', { copy: nameOf(key), error });
+  }
+}
+
+/** The bytes under `key` (a copy whose version is in its key, so never judged by age); none when there are none. */
+export async function readSharedBytes(key: string): Promise<ArrayBuffer | undefined> {
+  try {
+    const hit = await caches.default.match(key);
+    return hit ? await hit.arrayBuffer() : undefined;
+  } catch (error) {
+    log.warn('shared_copy.read_failed', { copy: nameOf(key), error });
+    return undefined;
+  }
+}
+
+/** Leaves `bytes` under `key` for the data center's isolates, kept at most `keepSeconds`. */
+export async function writeSharedBytes(key: string, bytes: Uint8Array, keepSeconds: number): Promise<void> {
+  try {
+    const headers = { 'content-type': 'application/octet-stream', 'cache-control': `max-age=${keepSeconds}` };
+    await caches.default.put(key, new Response(bytes, { headers }));
   } catch (error) {
     log.warn('shared_copy.write_failed', { copy: nameOf(key), error });
   }

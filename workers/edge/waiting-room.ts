@@ -150,9 +150,9 @@ function answer(config: Config, row: GoodsRow, view: TicketView) {
  * What every join checks first, however it comes (POST .../queue, GET .../live?join=1): the sale
  * has not ended and the line admits this shopper (403 NOT_ELIGIBLE before a ticket is made).
  */
-async function checkJoin(config: Config, row: GoodsRow, userId: string): Promise<void> {
+async function checkJoin(config: Config, row: GoodsRow, userId: string, waitUntil: WaitUntil | undefined): Promise<void> {
   refuseIfEnded(row, Date.now());
-  await requireEligible(config, row, userId);
+  await requireEligible(config, row, userId, waitUntil);
 }
 
 /** A goods without a line admits a shopper as they are; the ticket still opens the live channel for results. */
@@ -180,8 +180,8 @@ function refusedJoin(reason: string, goods: RoomGoods): AppError {
 }
 
 /** POST .../queue: the shopper's ticket (the same one every time), from their shard. */
-export async function joinRoom(env: Env, config: Config, row: GoodsRow, userId: string) {
-  await checkJoin(config, row, userId);
+export async function joinRoom(env: Env, config: Config, row: GoodsRow, userId: string, waitUntil: WaitUntil | undefined) {
+  await checkJoin(config, row, userId, waitUntil);
   const goods = roomGoodsOf(row);
   if (goods.mode === 'off') {
     return noLineAnswer(env, config, row, userId);
@@ -246,8 +246,15 @@ export function connectLive(env: Env, row: GoodsRow, userId: string, request: Re
  * Refused before the upgrade as the join route refuses (a room not open yet is checked here,
  * where the join route hears it from the shard).
  */
-export async function joinLive(env: Env, config: Config, row: GoodsRow, userId: string, request: Request) {
-  await checkJoin(config, row, userId);
+export async function joinLive(
+  env: Env,
+  config: Config,
+  row: GoodsRow,
+  userId: string,
+  request: Request,
+  waitUntil: WaitUntil | undefined,
+) {
+  await checkJoin(config, row, userId, waitUntil);
   const goods = roomGoodsOf(row);
   if (goods.mode === 'off') {
     const answer = await noLineAnswer(env, config, row, userId);

@@ -78,9 +78,9 @@ export const admin = new Hono<AppEnv>()
     return c.json(goodsAnswer(row, snapshot));
   })
 
-  // Postgres first, in chunks of multi-row statements; then every stock shard of the goods, in
-  // chunks of RPCs, so the check where the unit is taken reads its own copy. A failure part-way
-  // is safe to repeat.
+  // Postgres first, in chunks of multi-row statements (and then the list's version, which the
+  // edge's copies of it follow); then every stock shard of the goods, in chunks of RPCs, so the
+  // check where the unit is taken reads its own copy. A failure part-way is safe to repeat.
   .put('/goods/:goodsId/allowlist', limitAllowlistBody, valid('param', GoodsParam), valid('json', AllowlistBody), async (c) => {
     const { goodsId } = c.req.valid('param');
     const add = c.req.valid('json').add ?? [];
@@ -91,6 +91,8 @@ export const admin = new Hono<AppEnv>()
     }
     const count = await changeAllowlist(httpDb(dbOptions(c.get('config'))), goodsId, add, remove);
     await allowlistShards(c.env, row, add, remove);
+    // The list's new version: this isolate and its data center load the new copy at once, the rest within the list's 5 s.
+    await invalidateGoods(c.get('config'));
     return c.json({ count });
   })
 

@@ -6,7 +6,7 @@ import { issuePurchaseToken } from '../../edge/signed';
 import { soldOutNow } from '../../edge/sold-out';
 import { AppError } from '../../kernel/errors';
 import { TokenBody } from '../../kernel/http-bodies';
-import type { AppEnv } from '../context';
+import { type AppEnv, waitUntilOf } from '../context';
 import { requireAdmission } from '../middleware/admission-pass';
 import { goodsInPath, loadGoods } from '../middleware/goods';
 import { requireJson } from '../middleware/require-json';
@@ -60,7 +60,7 @@ export const challengeToken = new Hono<AppEnv>()
       // Postgres failing under that read (503) gives the challenge back before the answer: the
       // shopper's retry of the same answer passes.
       try {
-        await requireEligible(config, goods, userId);
+        await requireEligible(config, goods, userId, waitUntilOf(c));
       } catch (error) {
         if (spent && failedDependency(error)) {
           await returnChallenge(c.env, spent);

@@ -3,7 +3,7 @@ import { verifyShopperToken } from '../../edge/shopper-jwt';
 import { connectLive, joinLive, ticketOwner } from '../../edge/waiting-room';
 import { UserId } from '../../kernel/contract';
 import { AppError } from '../../kernel/errors';
-import type { AppEnv } from '../context';
+import { type AppEnv, waitUntilOf } from '../context';
 import { goodsInPath, loadGoods } from '../middleware/goods';
 
 /** A browser cannot set Authorization on a WebSocket: it offers the JWT as a subprotocol `jwt.<token>`. */
@@ -49,7 +49,7 @@ export const live = new Hono<AppEnv>().get('/goods/:goodsId/live', goodsInPath, 
     if (join !== '1' || ticket !== undefined) {
       throw new AppError('INVALID_INPUT', 'join=1 joins the line with the JWT as the subprotocol jwt.<token>, and takes no ticket');
     }
-    return joinLive(c.env, config, goods, await shopperOfProtocol(c), c.req.raw);
+    return joinLive(c.env, config, goods, await shopperOfProtocol(c), c.req.raw, waitUntilOf(c));
   }
   const userId = ticket ? await ticketOwner(config, goods, ticket) : await shopperOfProtocol(c);
   return connectLive(c.env, goods, userId, c.req.raw);

@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { z } from 'zod';
 import { joinRoom, ticketStatus } from '../../edge/waiting-room';
-import type { AppEnv } from '../context';
+import { type AppEnv, waitUntilOf } from '../context';
 import { goodsInPath, loadGoods } from '../middleware/goods';
 import { shopperAuth } from '../middleware/shopper-auth';
 import { valid } from '../middleware/validate';
@@ -24,7 +24,7 @@ export const queue = new Hono<AppEnv>()
     const config = c.get('config'),
       goods = c.get('goods'),
       userId = c.get('userId');
-    return c.json(await joinRoom(c.env, config, goods, userId));
+    return c.json(await joinRoom(c.env, config, goods, userId, waitUntilOf(c)));
   })
 
   .get('/goods/:goodsId/queue/:ticket', goodsInPath, valid('param', TicketParam), loadGoods, async (c) => {

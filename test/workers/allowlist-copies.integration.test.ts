@@ -1,0 +1,190 @@
+// An allowlist goods' list kept at the edge (workers/edge/allowlist-copies.ts): once an isolate
+// holds the fingerprints of the list's current version, the waiting room's join and the token
+// route answer from them and not from a Postgres statement a shopper; a change of the list is a
+// new version, which the shoppers' own statements answer until its copy is loaded; a version's
+// copy is loaded from Postgres once and then read from the data center's cache; a list too large
+// to keep leaves every shopper to the statement.
+//
+// "Not from Postgres" is shown by changing seckill_allowlist behind the version's back (plain SQL,
+// no version moved): a copy answers what the list held when it was loaded, a statement what it
+// holds now.
+import { createExecutionContext, waitOnExecutionContext } from 'cloudflare:test';
+import { env } from 'cloudflare:workers';
+import { sql as raw } from 'drizzle-orm';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { forgetAllowlists, listedAtEdge, loadCopy } from '../../workers/edge/allowlist-copies';
+import { requireEligible } from '../../workers/edge/eligibility';
+import { getGoods } from '../../workers/edge/goods-cache';
+import { readSharedBytes, sharedKey } from '../../workers/edge/shared-copies';
+import worker from '../../workers/index';
+import { getConfig } from '../../workers/kernel/config';
+import { ADMIN, bearer, devToken, json, setLimits, sql } from './helpers';
+import { answerOf, createRulesGoods } from './rules-helpers';
+
+/** The same database under a URL of this file's own: its copies are under keys no other file reads. */
+const own = {
+  ...env,
+  DATABASE_URL: `${env.DATABASE_URL}${env.DATABASE_URL.includes('?') ? '&' : '?'}application_name=allowlist-copies`,
+} as Env;
+const config = getConfig(own);
+
+beforeAll(async () => {
+  await setLimits({ perIpPerSecond: 1000, perUserPerSecond: 1000, banThreshold: 100_000 });
+});
+afterAll(async () => {
+  await setLimits({ perIpPerSecond: 10, perUserPerSecond: 3, banThreshold: 100 });
+});
+beforeEach(() => {
+  forgetAllowlists();
+});
+
+/** Calls the Worker with this file's env, and waits for what the request left running (a copy's load). */
+async function callOwn(path: string, init: { method?: string; headers?: Record<string, string>; json?: unknown } = {}) {
+  const ctx = createExecutionContext();
+  const headers = new Headers(init.headers);
+  if (init.json !== undefined) {
+    headers.set('content-type', 'application/json');
+  }
+  const body = init.json === undefined ? undefined : JSON.stringify(init.json);
+  const res = await worker.fetch(new Request(`https://seckill.test${path}`, { method: init.method ?? 'GET', headers, body }), own, ctx);
+  await waitOnExecutionContext(ctx);
+  return res;
+}
+
+async function versionOf(goodsId: number): Promise<number> {
+  const { rows } = await sql((db) => db.execute(raw`SELECT allowlist_version AS v FROM seckill_goods WHERE id = ${goodsId}`));
+  return Number(rows[0]?.v);
+}
+
+/** The goods as the edge reads it, with the version Postgres has now. */
+async function goodsAt(goodsId: number) {
+  return {
+    id: goodsId,
+    allowlistVersion: await versionOf(goodsId),
+    eligibility: 'allowlist' as const,
+    limitScope: 'goods' as const,
+  };
+}
+
+/** Changes the list behind the version's back: what a copy does not see and a statement does. */
+async function behindTheBack(goodsId: number, change: { add?: string[]; remove?: string[] }) {
+  for (const id of change.add ?? []) {
+    await sql((db) => db.execute(raw`INSERT INTO seckill_allowlist (goods_id, user_id) VALUES (${goodsId}, ${id})`));
+  }
+  for (const id of change.remove ?? []) {
+    await sql((db) => db.execute(raw`DELETE FROM seckill_allowlist WHERE goods_id = ${goodsId} AND user_id = ${id}`));
+  }
+}
+
+function changeList(goodsId: number, change: { add?: string[]; remove?: string[] }) {
+  return callOwn(`/admin/goods/${goodsId}/allowlist`, { method: 'PUT', headers: ADMIN, json: change });
+}
+
+async function join(userId: string, goodsId: number) {
+  return answerOf(await callOwn(`/api/seckill/goods/${goodsId}/queue`, { method: 'POST', headers: bearer(await devToken(userId)) }));
+}
+
+async function token(userId: string, goodsId: number) {
+  const jwt = await devToken(userId);
+  const ch = await json<{ challengeId: string; prompt: string }>(
+    await callOwn(`/api/seckill/goods/${goodsId}/challenge`, { method: 'POST', headers: bearer(jwt) }),
+  );
+  const [a, b] = ch.prompt.match(/\d+/g)?.map(Number) ?? [];
+  const answer = String((a ?? 0) + (b ?? 0));
+  return answerOf(
+    await callOwn(`/api/seckill/goods/${goodsId}/token`, {
+      method: 'POST',
+      headers: bearer(jwt),
+      json: { challengeId: ch.challengeId, answer },
+    }),
+  );
+}
+
+describe("an allowlist goods' list kept at the edge", () => {
+  it('answers joins and token requests from the copy once it is loaded, and a new version from statements until its copy is', async () => {
+    const { goodsId } = await createRulesGoods({ stock: 5, eligibility: 'allowlist' });
+    expect((await changeList(goodsId, { add: ['kc-in', 'kc-late'] })).status).toBe(200);
+    const first = await versionOf(goodsId);
+    expect(first).toBeGreaterThan(0);
+
+    // The first join finds no copy: its statement answers, and it leaves the copy loading.
+    expect((await join('kc-in', goodsId)).status).toBe(200);
+    expect(listedAtEdge(config, await goodsAt(goodsId), 'kc-in', undefined)).toBe(true);
+    expect(listedAtEdge(config, await goodsAt(goodsId), 'kc-out', undefined)).toBe(false);
+
+    // Behind the version's back: the copy still has kc-in and not kc-ghost, so it answered.
+    await behindTheBack(goodsId, { add: ['kc-ghost'], remove: ['kc-in'] });
+    expect((await join('kc-in', goodsId)).status).toBe(200);
+    expect(await join('kc-ghost', goodsId)).toMatchObject({ status: 403, code: 'NOT_ELIGIBLE' });
+    expect((await token('kc-in', goodsId)).status).toBe(200);
+    expect(await token('kc-ghost', goodsId)).toMatchObject({ status: 403, code: 'NOT_ELIGIBLE' });
+
+    // A change through the route is a new version: until its copy is here, statements answer
+    // (kc-in is gone from Postgres, kc-ghost is on it); then the copy, which holds the same.
+    expect((await changeList(goodsId, { remove: ['kc-late'] })).status).toBe(200);
+    const second = await goodsAt(goodsId);
+    expect(second.allowlistVersion).toBe(first + 1);
+    expect(listedAtEdge(config, second, 'kc-ghost', undefined)).toBeUndefined();
+    expect(await join('kc-in', goodsId)).toMatchObject({ status: 403, code: 'NOT_ELIGIBLE' });
+    expect((await join('kc-ghost', goodsId)).status).toBe(200);
+    expect(listedAtEdge(config, second, 'kc-ghost', undefined)).toBe(true);
+    expect(listedAtEdge(config, second, 'kc-in', undefined)).toBe(false);
+    expect(listedAtEdge(config, second, 'kc-late', undefined)).toBe(false);
+    // A goods row a version behind the copy is answered by the newer copy.
+    expect(listedAtEdge(config, { id: goodsId, allowlistVersion: first }, 'kc-ghost', undefined)).toBe(true);
+  });
+
+  it("loads a version from Postgres once, in pages, and other isolates read the data center's copy", async () => {
+    const { goodsId } = await createRulesGoods({ stock: 5, eligibility: 'allowlist' });
+    const ids = Array.from({ length: 23 }, (_, i) => `kc-page-${i}`);
+    expect((await changeList(goodsId, { add: ids })).status).toBe(200);
+    const version = await versionOf(goodsId);
+
+    // Pages of 5 over 23 shoppers: every one held, none more.
+    const loaded = await loadCopy(config, goodsId, version, 5);
+    expect(loaded?.length).toBe(23);
+    const goods = { id: goodsId, allowlistVersion: version };
+    const loads: Promise<unknown>[] = [];
+    expect(listedAtEdge(config, goods, 'kc-page-0', (p) => loads.push(p))).toBeUndefined();
+    // One load per isolate at a time: the requests beside it do not start another.
+    expect(listedAtEdge(config, goods, 'kc-page-1', (p) => loads.push(p))).toBeUndefined();
+    expect(loads).toHaveLength(1);
+    await Promise.all(loads);
+    expect(ids.every((id) => listedAtEdge(config, goods, id, undefined) === true)).toBe(true);
+    expect(listedAtEdge(config, goods, 'kc-page-23', undefined)).toBe(false);
+
+    // Another isolate (this one, forgetting) reads the data center's copy: Postgres' new row is not in it.
+    await behindTheBack(goodsId, { add: ['kc-page-new'] });
+    forgetAllowlists();
+    expect((await loadCopy(config, goodsId, version))?.length).toBe(23);
+    // A version the data center has no copy of is Postgres' list as it is now.
+    expect((await loadCopy(config, goodsId, version + 1000))?.length).toBe(24);
+  });
+
+  it('a list over the bound is never kept: every shopper asks Postgres, and the data center remembers it', async () => {
+    const { goodsId } = await createRulesGoods({ stock: 5, eligibility: 'allowlist' });
+    expect((await changeList(goodsId, { add: ['kc-big-1', 'kc-big-2', 'kc-big-3'] })).status).toBe(200);
+    const version = await versionOf(goodsId);
+    expect(await loadCopy(config, goodsId, version, 2, 2)).toBeNull();
+    const copy = await readSharedBytes(await sharedKey(config.databaseUrl, `allowlist/${goodsId}/${version}`));
+    expect(copy?.byteLength).toBe(1);
+    // The isolate's load now reads that mark: nothing is kept, statements answer every shopper.
+    const loads: Promise<unknown>[] = [];
+    expect(listedAtEdge(config, { id: goodsId, allowlistVersion: version }, 'kc-big-1', (p) => loads.push(p))).toBeUndefined();
+    await Promise.all(loads);
+    expect(listedAtEdge(config, { id: goodsId, allowlistVersion: version }, 'kc-big-1', undefined)).toBeUndefined();
+    expect((await join('kc-big-2', goodsId)).status).toBe(200);
+    expect(await join('kc-big-9', goodsId)).toMatchObject({ status: 403, code: 'NOT_ELIGIBLE' });
+  });
+
+  it('an activity-scoped allowlist goods asks Postgres, which also knows the live orders', async () => {
+    const { goodsId } = await createRulesGoods({ stock: 5, eligibility: 'allowlist', limitScope: 'activity', activityId: 912_345 });
+    expect((await changeList(goodsId, { add: ['kc-act'] })).status).toBe(200);
+    const goods = await getGoods(config, goodsId);
+    expect(goods).toMatchObject({ eligibility: 'allowlist', limitScope: 'activity' });
+    const loads: Promise<unknown>[] = [];
+    await requireEligible(config, goods, 'kc-act', (p) => loads.push(p));
+    await expect(requireEligible(config, goods, 'kc-act-out', (p) => loads.push(p))).rejects.toMatchObject({ code: 'NOT_ELIGIBLE' });
+    expect(loads).toHaveLength(0);
+  });
+});

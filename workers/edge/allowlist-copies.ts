@@ -1,0 +1,160 @@
+import { allowlistPage } from '../../db/allowlist';
+import { dbOptions, httpDb } from '../../db/client';
+import type { GoodsRow } from '../../db/goods';
+import type { Config } from '../kernel/config';
+import { fnv1a } from '../kernel/shards';
+import type { WaitUntil } from './group-commit';
+import { readSharedBytes, sharedKey, writeSharedBytes } from './shared-copies';
+
+// An allowlist goods' list at the edge, so the crowd's joins and ticket requests do not each ask
+// Postgres whether the shopper is on it. An isolate keeps the list as sorted 53-bit fingerprints
+// of the user ids (8 bytes a shopper), one copy per `allowlistVersion` of the goods: every change
+// of the list moves the version after it (db/allowlist.ts), and the isolates learn of a new one
+// with the goods list they already read (at most 5 s old; at once in the isolate that made the
+// change and its data center). A version's copy is loaded once per data center: the first
+// isolate to need it reads the list from Postgres in pages, in the background, and leaves the
+// fingerprints in the data center's cache (shared-copies.ts), where the others read them.
+//
+// Until an isolate holds the current version's copy, and for a list over MAX_KEPT_IDS, the shopper's
+// own statement answers as before. A fingerprint is not the id: two ids share one about once in
+// 2^53 / n tries, and such a shopper is let through to the stock object, which keeps the list
+// itself and refuses them where the unit is taken. A shopper off the list is never let through
+// by a fingerprint, and one on it never refused.
+
+/** Ids per statement of a load (about 1.5 MB of rows over SQL over HTTP). */
+const LOAD_PAGE = 50_000;
+/** Above this many shoppers a goods keeps asking Postgres per shopper (the copy would be 16 MB in every isolate). */
+const MAX_KEPT_IDS = 2_000_000;
+/** How long the data center keeps a version's copy (it is never wrong for its version, only replaced). */
+const KEEP_SECONDS = 24 * 3600;
+/** A load that failed is tried again after this. */
+const RETRY_MS = 5_000;
+/** What the shared copy holds for a list over MAX_KEPT_IDS: not a whole number of fingerprints. */
+const TOO_LARGE = new Uint8Array([1]);
+
+type Kept = { version: number; fingerprints: Float64Array | null };
+/** Per database and goods: the newest version this isolate has loaded (null fingerprints: too large to keep). */
+const kept = new Map<string, Kept>();
+/** Per database and goods: when this isolate's load of a newer version started. */
+const loading = new Map<string, number>();
+
+/** A 53-bit fingerprint of a user id: FNV-1a above 21 bits of a second, differently mixed hash. */
+export function fingerprint(userId: string): number {
+  let h = 0x9747b28c;
+  for (let i = 0; i < userId.length; i++) {
+    h = Math.imul(h ^ userId.charCodeAt(i), 0x5bd1e995);
+    h ^= h >>> 15;
+  }
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  h ^= h >>> 16;
+  return fnv1a(userId) * 0x200000 + ((h >>> 0) & 0x1fffff);
+}
+
+/** The sorted fingerprints of `ids`. */
+export function fingerprintsOf(ids: readonly string[]): Float64Array {
+  const out = new Float64Array(ids.length);
+  for (let i = 0; i < ids.length; i++) {
+    out[i] = fingerprint(ids[i] as string);
+  }
+  return out.sort();
+}
+
+/** Whether sorted `fingerprints` hold `value` (binary search). */
+export function holds(fingerprints: Float64Array, value: number): boolean {
+  let lo = 0,
+    hi = fingerprints.length - 1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >>> 1;
+    const at = fingerprints[mid] as number;
+    if (at === value) {
+      return true;
+    }
+    if (at < value) {
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return false;
+}
+
+/**
+ * Whether the shopper is on the goods' allowlist, from this isolate's copy of the list's current
+ * version; undefined when the isolate has none yet (or the list is too large to keep), and the
+ * caller asks Postgres. A missing or older copy starts its load here, in the background
+ * (`waitUntil`), one per isolate at a time: no shopper waits on a whole list.
+ */
+export function listedAtEdge(
+  config: Config,
+  goods: Pick<GoodsRow, 'id' | 'allowlistVersion'>,
+  userId: string,
+  waitUntil: WaitUntil | undefined,
+  now = Date.now(),
+): boolean | undefined {
+  const key = `${config.databaseUrl}|${goods.id}`;
+  const copy = kept.get(key);
+  // A copy of a newer version than this isolate's goods list names is at least as new as the list.
+  if (copy && copy.version >= goods.allowlistVersion) {
+    return copy.fingerprints ? holds(copy.fingerprints, fingerprint(userId)) : undefined;
+  }
+  const started = loading.get(key);
+  if (waitUntil && (started === undefined || now - started >= RETRY_MS)) {
+    loading.set(key, now);
+    waitUntil(
+      loadCopy(config, goods.id, goods.allowlistVersion)
+        .then((fingerprints) => {
+          const current = kept.get(key);
+          if (!current || current.version < goods.allowlistVersion) {
+            kept.set(key, { version: goods.allowlistVersion, fingerprints });
+          }
+          loading.delete(key);
+        })
+        // Left in `loading`: the next request after RETRY_MS tries again, the shoppers' own statements answer meanwhile.
+        .catch(() => undefined),
+    );
+  }
+  return undefined;
+}
+
+/** A version's fingerprints: the data center's copy, or Postgres' list, which then becomes that copy. */
+export async function loadCopy(
+  config: Config,
+  goodsId: number,
+  version: number,
+  page = LOAD_PAGE,
+  max = MAX_KEPT_IDS,
+): Promise<Float64Array | null> {
+  const key = await sharedKey(config.databaseUrl, `allowlist/${goodsId}/${version}`);
+  const shared = await readSharedBytes(key);
+  if (shared) {
+    return shared.byteLength % 8 === 0 ? new Float64Array(shared) : null;
+  }
+  const ids = await listFromPostgres(config, goodsId, page, max);
+  const fingerprints = ids ? fingerprintsOf(ids) : null;
+  await writeSharedBytes(key, fingerprints ? new Uint8Array(fingerprints.buffer) : TOO_LARGE, KEEP_SECONDS);
+  return fingerprints;
+}
+
+/** The goods' whole allowlist in keyset pages; null once it passes `max`. */
+async function listFromPostgres(config: Config, goodsId: number, page: number, max: number): Promise<string[] | null> {
+  const db = httpDb(dbOptions(config));
+  const ids: string[] = [];
+  for (;;) {
+    const rows = await allowlistPage(db, goodsId, ids.at(-1) ?? null, page);
+    for (const id of rows) {
+      ids.push(id);
+    }
+    if (ids.length > max) {
+      return null;
+    }
+    if (rows.length < page) {
+      return ids;
+    }
+  }
+}
+
+/** Forgets this isolate's copies (tests: an isolate that has not loaded any). */
+export function forgetAllowlists(): void {
+  kept.clear();
+  loading.clear();
+}
