@@ -3,7 +3,8 @@
 // route answer from them and not from a Postgres statement a shopper; a change of the list is a
 // new version, which the shoppers' own statements answer until its copy is loaded; a version's
 // copy is loaded from Postgres once and then read from the data center's cache; a list too large
-// to keep leaves every shopper to the statement.
+// to keep leaves every shopper to the statement. Before the sale starts, the page's eligibility
+// route answers from the copy too (nobody holds a unit yet).
 //
 // "Not from Postgres" is shown by changing seckill_allowlist behind the version's back (plain SQL,
 // no version moved): a copy answers what the list held when it was loaded, a statement what it
@@ -14,7 +15,7 @@ import { sql as raw } from 'drizzle-orm';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { forgetAllowlists, listedAtEdge, loadCopy } from '../../workers/edge/allowlist-copies';
 import { requireEligible } from '../../workers/edge/eligibility';
-import { getGoods } from '../../workers/edge/goods-cache';
+import { getGoods, invalidateGoods } from '../../workers/edge/goods-cache';
 import { readSharedBytes, sharedKey } from '../../workers/edge/shared-copies';
 import worker from '../../workers/index';
 import { getConfig } from '../../workers/kernel/config';
@@ -175,6 +176,38 @@ describe("an allowlist goods' list kept at the edge", () => {
     expect(listedAtEdge(config, { id: goodsId, allowlistVersion: version }, 'kc-big-1', undefined)).toBeUndefined();
     expect((await join('kc-big-2', goodsId)).status).toBe(200);
     expect(await join('kc-big-9', goodsId)).toMatchObject({ status: 403, code: 'NOT_ELIGIBLE' });
+  });
+
+  it("answers the page's eligibility before the start from the copy, and from Postgres once the sale is on", async () => {
+    const { goodsId } = await createRulesGoods({ stock: 5, eligibility: 'allowlist', perUserLimit: 2, startAt: Date.now() + 600_000 });
+    expect((await changeList(goodsId, { add: ['kp-in'] })).status).toBe(200);
+    const page = async (userId: string) =>
+      json(await callOwn(`/api/seckill/goods/${goodsId}/eligibility`, { headers: bearer(await devToken(userId)) }));
+
+    // The first view finds no copy and asks Postgres; its request leaves the copy loaded.
+    expect(await page('kp-in')).toEqual({ eligible: true, perUserLimit: 2, held: 0 });
+    await behindTheBack(goodsId, { add: ['kp-ghost'], remove: ['kp-in'] });
+    expect(await page('kp-in')).toEqual({ eligible: true, perUserLimit: 2, held: 0 });
+    expect(await page('kp-ghost')).toEqual({ eligible: false, perUserLimit: 2, held: 0 });
+
+    // The sale on (its start moved in Postgres, as the clock would): Postgres answers, as it
+    // also knows the units a shopper holds.
+    await sql((db) => db.execute(raw`UPDATE seckill_goods SET start_at = now() - interval '1 second' WHERE id = ${goodsId}`));
+    await invalidateGoods(config);
+    expect(await page('kp-in')).toEqual({ eligible: false, perUserLimit: 2, held: 0 });
+    expect(await page('kp-ghost')).toEqual({ eligible: true, perUserLimit: 2, held: 0 });
+  });
+
+  it('answers the eligibility of an open goods of several units a shopper before its start without Postgres', async () => {
+    const { goodsId } = await createRulesGoods({ stock: 5, perUserLimit: 2, startAt: Date.now() + 600_000 });
+    // Postgres out of reach (the goods list is this isolate's own, renewed by the create).
+    const away = { ...own, DATABASE_URL: 'postgres://nobody:nobody@127.0.0.1:1/allowlist-copies' } as Env;
+    const res = await worker.fetch(
+      new Request(`https://seckill.test/api/seckill/goods/${goodsId}/eligibility`, { headers: bearer(await devToken('kp-open')) }),
+      away,
+      createExecutionContext(),
+    );
+    expect(await json(res)).toEqual({ eligible: true, perUserLimit: 2, held: 0 });
   });
 
   it('an activity-scoped allowlist goods asks Postgres, which also knows the live orders', async () => {

@@ -16,6 +16,8 @@ export type RulesOptions = {
   queue?: { mode: 'off' | 'auto' | 'always'; admitPerSecond?: number };
   /** Stock shards (absent: one). */
   shards?: number;
+  /** When the sale starts (absent: a second ago). */
+  startAt?: number;
 };
 
 let activitySeq = 0;
@@ -47,7 +49,7 @@ export async function createRulesGoods(options: RulesOptions = {}): Promise<{ go
       title: 'Rules phone',
       priceCents: options.priceCents ?? 100,
       stock: options.stock ?? 10,
-      startAt: now - 1000,
+      startAt: options.startAt ?? now - 1000,
       endAt: now + 3600_000,
       ...(options.payTimeoutSeconds ? { payTimeoutSeconds: options.payTimeoutSeconds } : {}),
       ...rules,

@@ -28,6 +28,28 @@ export async function standingOf(config: Config, goods: GoodsRow, userId: string
   return shopperStanding(httpDb(dbOptions(config)), goods, userId);
 }
 
+/**
+ * A shopper's standing before a goods' sale starts, without Postgres where it can be had: nobody
+ * holds a unit of a goods whose sale has not started and whose stock is whole (its object refuses
+ * a purchase before the start), so only the allowlist is in question, and the isolate's copy of
+ * it answers (an open goods: nothing is). Undefined after the start, for stock not whole (a unit
+ * held, however that came about), for the activity rule (other goods' orders) and while the
+ * isolate has no copy: the caller asks Postgres.
+ */
+export function standingBeforeSale(
+  config: Config,
+  goods: GoodsRow,
+  userId: string,
+  waitUntil: WaitUntil | undefined,
+  now = Date.now(),
+): Standing | undefined {
+  if (goods.limitScope === 'activity' || now >= goods.startAt.getTime() || goods.stock !== goods.totalStock) {
+    return undefined;
+  }
+  const listed = goods.eligibility === 'allowlist' ? listedAtEdge(config, goods, userId, waitUntil, now) : true;
+  return listed === undefined ? undefined : { listed, held: 0, elsewhere: false };
+}
+
 /** 403 NOT_ELIGIBLE for a shopper not on an allowlist goods' list; 409 LIMIT_REACHED for a live order elsewhere in an activity-scoped sale. */
 export function refuseIneligible(goods: GoodsRow, standing: Standing): void {
   if (goods.eligibility === 'allowlist' && !standing.listed) {
