@@ -20,7 +20,16 @@ import { benchInvariants } from './lib/bench/invariants.ts';
 import { benchSecrets, shopperMinter } from './lib/bench/mint.ts';
 import { byClass, countCalls, objectCallsApi } from './lib/bench/objects.ts';
 import { BENCH_USAGE, type BenchOptions, isUsageError, parseBenchOptions } from './lib/bench/options.ts';
-import { type BenchContext, classicPhase, delayPhase, goodsPagePhase, modelPhase, queuePhase, shardPhase } from './lib/bench/phases.ts';
+import {
+  allowlistJoinPhases,
+  type BenchContext,
+  classicPhase,
+  delayPhase,
+  goodsPagePhase,
+  modelPhase,
+  queuePhase,
+  shardPhase,
+} from './lib/bench/phases.ts';
 import { type CpuProfile, connectProfiler, type HeapProfile, summarizeProfile } from './lib/bench/profile.ts';
 import { environment, formatBench, saveResult, withRatios } from './lib/bench/report.ts';
 import { startBenchStack } from './lib/bench/stack.ts';
@@ -107,6 +116,10 @@ async function bench(o: BenchOptions) {
       scriptPath: bundle.scriptPath,
       phase,
       clientHeaders,
+      sqlRequests: async () => {
+        const res = await fetch(`http://${stack.services.pgWsProxy}/stats`);
+        return ((await res.json()) as { sqlRequests: number }).sqlRequests;
+      },
       pauseConsumer: consumerPause(http, stack.adminToken),
       say,
     };
@@ -186,6 +199,7 @@ async function bench(o: BenchOptions) {
     const floorAfter = await profiled('floor', () => phase({ path: '/api/health' }));
     const floor = combinePhases(floorBefore, floorAfter);
     const goodsPage = await goodsPagePhase(ctx, GOODS_PAGE_SHARDS);
+    const allowlistJoins = await allowlistJoinPhases(ctx);
 
     say(`Consumer: ${fmt(o.consumerMessages)} orders straight to the order queue...`);
     const backlogGoods = await admin.createGoods({ stock: o.consumerMessages, title: 'Bench: consumer backlog' });
@@ -294,6 +308,7 @@ async function bench(o: BenchOptions) {
       objectDelay: delayed?.result ?? null,
       shards: sharded?.result ?? null,
       goodsPage,
+      allowlistJoins,
       queue: line?.result ?? null,
       heldReads: heldReads?.result ?? null,
       classic,

@@ -4,8 +4,9 @@
 //   WebSocket is piped to a Postgres TCP socket;
 // - SQL over HTTP: `POST /sql` (neonConfig.fetchEndpoint), one query or one transaction per
 //   request, on warm connections (sql-http.ts).
-// `GET /stats` answers `{sessions, open}`: Postgres sessions the WebSocket door has opened since
-// the bridge started, and how many are open now (tests count what a route costs with it).
+// `GET /stats` answers `{sessions, open, sqlRequests}`: Postgres sessions the WebSocket door has
+// opened since the bridge started, how many are open now, and the SQL-over-HTTP requests it has
+// taken (tests and the bench count what a route costs with it).
 import http from 'node:http';
 import net from 'node:net';
 import { type RawData, WebSocketServer } from 'ws';
@@ -54,10 +55,11 @@ export type WsBridge = { port: number; proxy: string; sqlEndpoint: string; close
 export async function startWsBridge({ port = 0, allow }: { port?: number; allow: Iterable<string> }): Promise<WsBridge> {
   const allowed = new Set(allow);
   const sql = sqlOverHttp({ allow: allowed });
-  const stats = { sessions: 0, open: 0 };
+  const stats = { sessions: 0, open: 0, sqlRequests: 0 };
   const server = http.createServer((req, res) => {
     const path = new URL(req.url ?? '/', 'http://bridge').pathname;
     if (path === '/sql') {
+      stats.sqlRequests++;
       sql.handle(req, res).catch(() => res.destroy());
       return;
     }

@@ -34,6 +34,7 @@ type Result = {
   };
   soldOut: Phase & { ratioToFloor: number };
   goodsPage: Phase & { shards: number; stockCallsPerView: number; durationS: number };
+  allowlistJoins: (Phase & { limitScope: 'goods' | 'activity'; sqlPerJoin: number })[];
   consumer: {
     ordersPerSec: number;
     insertFloorPerSec: number;
@@ -224,6 +225,17 @@ describe('npm run bench', () => {
     expect(latest.goodsPage.shards).toBe(8);
     const pageCalls = Math.round(latest.goodsPage.stockCallsPerView * latest.goodsPage.requests);
     expect(pageCalls).toBeLessThanOrEqual(8 * (Math.ceil(latest.goodsPage.durationS) + 2));
+
+    // Joins of an allowlist goods: an activity-scoped one asks Postgres each shopper, a
+    // goods-scoped one answers from the isolate's copy of the list once it has loaded.
+    const [byActivity, byGoods] = latest.allowlistJoins;
+    expect(byActivity).toMatchObject({ limitScope: 'activity' });
+    expect(byGoods).toMatchObject({ limitScope: 'goods' });
+    for (const joins of latest.allowlistJoins) {
+      expect(Object.keys(joins.outcomes)).toEqual(['200']);
+    }
+    expect(byActivity?.sqlPerJoin).toBeGreaterThanOrEqual(0.9);
+    expect(byGoods?.sqlPerJoin).toBeLessThan(0.25);
 
     // The sharded goods sold every unit; the queue admitted and sold to every shopper who joined.
     expect(latest.shards).toMatchObject({ shardsAsked: 8, shardsReported: 8, soldAll: true });

@@ -1,7 +1,8 @@
 // The bench's phases beyond the floor, purchase, sold-out and consumer phases of bench.ts: the
 // object calls behind the capacity model (and the CPU they cost), purchases under a delay on
-// every object call, a sharded goods beside the one-shard purchase phase, the waiting room, and
-// the classic stack. Each returns its numbers and the goods whose invariants bench.ts checks.
+// every object call, a sharded goods beside the one-shard purchase phase, the goods page, an
+// allowlist goods' joins, the waiting room, and the classic stack. Each returns its numbers and
+// the goods whose invariants bench.ts checks.
 
 import type { ObjectCallCounts } from '../../../workers/kernel/object-calls.ts';
 import { MAX_ROOM_SHARDS, ROOM_SHARDS } from '../../../workers/kernel/waiting-room.ts';
@@ -9,7 +10,7 @@ import { type AdminApi, liveOrders } from '../load/admin.ts';
 import type { HttpClient } from '../load/http-client.ts';
 import { round } from '../load/metrics.ts';
 import { acceptedCollector, purchaseRequests } from './buyers.ts';
-import type { PhaseOptions, PhaseResult } from './cannon.ts';
+import type { PhaseOptions, PhaseRequest, PhaseResult } from './cannon.ts';
 import { type ClassicRun, classicServices, runClassic } from './classic/index.ts';
 import type { BenchSecrets, Minter } from './mint.ts';
 import { type CapacityModel, type Ceiling, type ClassInputs, callsWaited, capacityModel, modelInputs } from './model.ts';
@@ -43,6 +44,8 @@ export type BenchContext = {
   phase: (extra: Partial<PhaseOptions>) => Promise<PhaseResult>;
   /** Headers every request of the run carries (the client address Cloudflare's edge would set). */
   clientHeaders: Record<string, string>;
+  /** SQL-over-HTTP requests the local Postgres bridge has taken since it started (ws-bridge.ts). */
+  sqlRequests: () => Promise<number>;
   /** Pauses the order consumer for `seconds` (0: resumes it). */
   pauseConsumer: (seconds: number) => Promise<void>;
   say: (line: string) => void;
@@ -186,6 +189,50 @@ export async function goodsPagePhase(c: BenchContext, shards: number): Promise<G
   const counted = await countCalls(c.calls, () => c.phase({ path: `/api/seckill/goods/${goods.goodsId}`, durationS }));
   const stockCalls = byClass(counted.counts).GoodsStock?.calls ?? 0;
   return { ...counted.result, shards, stockCallsPerView: round(stockCalls / Math.max(1, counted.result.requests), 4) };
+}
+
+/** Joins of one allowlist goods by its invited shoppers: what the join's eligibility check costs Postgres. */
+export type AllowlistJoins = PhaseResult & {
+  /** `goods`: the list answered from the isolate's copy; `activity`: its rule asks Postgres each shopper. */
+  limitScope: 'goods' | 'activity';
+  invited: number;
+  /** SQL-over-HTTP requests a join, at the local bridge (every one the Worker sent, the goods list's renewals among them). */
+  sqlPerJoin: number;
+};
+
+/** Shoppers an allowlist goods of the joins phase invites (each joins every few seconds at most). */
+const INVITED = 20_000;
+
+/**
+ * The waiting room's join (`POST .../queue`, the room off) of an allowlist goods by its invited
+ * shoppers, twice on the same machine: an `activity`-scoped goods, whose rule asks Postgres for
+ * each shopper as every allowlist join did, and a `goods`-scoped one, answered from the isolate's
+ * copy of the list; the Postgres requests a join counted at the SQL bridge.
+ */
+export async function allowlistJoinPhases(c: BenchContext): Promise<AllowlistJoins[]> {
+  const durationS = Math.min(c.o.durationS, 5);
+  const users = await c.minter.users('invited', INVITED);
+  const out: AllowlistJoins[] = [];
+  for (const limitScope of ['activity', 'goods'] as const) {
+    c.say(
+      `Allowlist joins (${limitScope}-scoped): POST /api/seckill/goods/:goodsId/queue by ${INVITED} invited shoppers for ${durationS} s...`,
+    );
+    const goods = await saleGoods(c, `allowlist joins, ${limitScope}`, 1_000, { eligibility: 'allowlist', limitScope });
+    await c.admin.addToAllowlist(
+      goods.goodsId,
+      users.map((u) => u.userId),
+    );
+    let i = 0;
+    const next = (): PhaseRequest => {
+      const u = users[i++ % users.length] as (typeof users)[number];
+      return { method: 'POST', path: `/api/seckill/goods/${goods.goodsId}/queue`, headers: { authorization: `Bearer ${u.jwt}` } };
+    };
+    const sqlBefore = await c.sqlRequests();
+    const result = await c.phase({ next, durationS });
+    const sql = (await c.sqlRequests()) - sqlBefore;
+    out.push({ ...result, limitScope, invited: INVITED, sqlPerJoin: round(sql / Math.max(1, result.requests), 4) });
+  }
+  return out;
 }
 
 export type DelayPhase = PhaseResult & {

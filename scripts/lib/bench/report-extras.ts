@@ -8,7 +8,7 @@ import type { ClassicRun } from './classic/index.ts';
 import type { HeldReadsPhase } from './held-reads.ts';
 import { MODEL_SHARDS, objectsPerGoods, TARGET_PURCHASES_PER_SEC } from './model.ts';
 import { purchasesPerStockCall } from './objects.ts';
-import type { DelayPhase, GoodsPagePhase, ModelPhase, ShardPhase } from './phases.ts';
+import type { AllowlistJoins, DelayPhase, GoodsPagePhase, ModelPhase, ShardPhase } from './phases.ts';
 import type { QueuePhase } from './room.ts';
 
 type Extras = {
@@ -18,6 +18,7 @@ type Extras = {
   shards: ShardPhase | null;
   /** Absent in results of runs before the phase. */
   goodsPage?: GoodsPagePhase;
+  allowlistJoins?: AllowlistJoins[];
   queue: QueuePhase | null;
   /** Absent in results of runs before the phase. */
   heldReads?: HeldReadsPhase | null;
@@ -124,6 +125,18 @@ export function formatExtras(r: Extras): string[] {
       fmt(g.p90Ms),
       fmt(g.p99Ms),
       `${fmt(g.stockCallsPerView, 4)} stock object calls a page view (the figure kept a second; each read asks every shard)`,
+    ]);
+  }
+  for (const j of r.allowlistJoins ?? []) {
+    rows.push([
+      `allowlist join, ${j.limitScope}-scoped`,
+      fmt(j.requests),
+      fmt(j.rps),
+      fmt(j.p50Ms),
+      fmt(j.p90Ms),
+      fmt(j.p99Ms),
+      `${fmt(j.sqlPerJoin, 4)} Postgres requests a join, ${fmt(j.invited)} invited (` +
+        `${j.limitScope === 'goods' ? "the list from the isolate's copy" : 'the activity rule asks Postgres each shopper, as every allowlist join did'})`,
     ]);
   }
   const c = 'skipped' in r.classic ? undefined : r.classic;
