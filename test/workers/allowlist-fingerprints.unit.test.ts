@@ -2,7 +2,8 @@
 // on the list is always found, one off it practically never (a 53-bit fingerprint: about one in
 // 2^53 / n tries), whatever the ids look like.
 import { describe, expect, it } from 'vitest';
-import { fingerprint, fingerprintsOf, holds } from '../../workers/edge/allowlist-copies';
+import { fingerprint, fingerprintsOf, forgetAllowlists, holds, keepCopy, listedAtEdge } from '../../workers/edge/allowlist-copies';
+import type { Config } from '../../workers/kernel/config';
 
 /** Ids of the shapes shops use: sequential numbers, prefixed numbers, hex (uuid-like), e-mail-like. */
 function ids(n: number, salt: string): string[] {
@@ -49,5 +50,23 @@ describe('allowlist fingerprints', () => {
     expect(holds(fingerprintsOf([]), fingerprint('anyone'))).toBe(false);
     expect(holds(fingerprintsOf(['only']), fingerprint('only'))).toBe(true);
     expect(holds(fingerprintsOf(['only']), fingerprint('onlx'))).toBe(false);
+  });
+});
+
+describe("an isolate's copies", () => {
+  it('keep at most the bound of fingerprints over all goods, dropping the copies loaded longest ago', () => {
+    forgetAllowlists();
+    const config = { databaseUrl: 'postgres://copies.test/db' } as Config;
+    const copy = (n: number) => ({ version: 1, fingerprints: fingerprintsOf(Array.from({ length: n }, (_, i) => `c-${i}`)) });
+    keepCopy(`${config.databaseUrl}|1`, copy(40), 100);
+    keepCopy(`${config.databaseUrl}|2`, copy(40), 100);
+    keepCopy(`${config.databaseUrl}|1`, copy(40), 100); // loaded again: now the newest
+    keepCopy(`${config.databaseUrl}|3`, copy(40), 100); // 120 > 100: goods 2 goes
+    const listed = (goodsId: number) => listedAtEdge(config, { id: goodsId, allowlistVersion: 1 }, 'c-7', undefined);
+    expect([listed(1), listed(2), listed(3)]).toEqual([true, undefined, true]);
+    // One copy over the bound alone is still kept: the newest always is.
+    keepCopy(`${config.databaseUrl}|4`, copy(150), 100);
+    expect([listed(1), listed(3), listed(4)]).toEqual([undefined, undefined, true]);
+    forgetAllowlists();
   });
 });

@@ -32,8 +32,11 @@ const RETRY_MS = 5_000;
 /** What the shared copy holds for a list over MAX_KEPT_IDS: not a whole number of fingerprints. */
 const TOO_LARGE = new Uint8Array([1]);
 
+/** Fingerprints an isolate keeps over all its goods (32 MB); the copies loaded longest ago go first. */
+const MAX_KEPT_FINGERPRINTS = 4_000_000;
+
 type Kept = { version: number; fingerprints: Float64Array | null };
-/** Per database and goods: the newest version this isolate has loaded (null fingerprints: too large to keep). */
+/** Per database and goods, in the order they were loaded: the newest version this isolate has (null fingerprints: too large to keep). */
 const kept = new Map<string, Kept>();
 /** Per database and goods: when this isolate's load of a newer version started. */
 const loading = new Map<string, number>();
@@ -105,7 +108,7 @@ export function listedAtEdge(
         .then((fingerprints) => {
           const current = kept.get(key);
           if (!current || current.version < goods.allowlistVersion) {
-            kept.set(key, { version: goods.allowlistVersion, fingerprints });
+            keepCopy(key, { version: goods.allowlistVersion, fingerprints });
           }
           loading.delete(key);
         })
@@ -114,6 +117,27 @@ export function listedAtEdge(
     );
   }
   return undefined;
+}
+
+/**
+ * Keeps `copy` under `key` as the newest loaded, and drops the copies loaded longest ago while
+ * all of them hold more than `max` fingerprints: the goods of sales long over, in an isolate
+ * that lives through many. A dropped copy is loaded again (from the data center) if asked for.
+ */
+export function keepCopy(key: string, copy: Kept, max = MAX_KEPT_FINGERPRINTS): void {
+  kept.delete(key);
+  kept.set(key, copy);
+  let total = 0;
+  for (const k of kept.values()) {
+    total += k.fingerprints?.length ?? 0;
+  }
+  for (const [k, v] of kept) {
+    if (total <= max || k === key) {
+      break;
+    }
+    kept.delete(k);
+    total -= v.fingerprints?.length ?? 0;
+  }
 }
 
 /** A version's fingerprints: the data center's copy, or Postgres' list, which then becomes that copy. */
