@@ -4,7 +4,8 @@
 // new version, which the shoppers' own statements answer until its copy is loaded; a version's
 // copy is loaded from Postgres once and then read from the data center's cache; a list too large
 // to keep leaves every shopper to the statement. Before the sale starts, the page's eligibility
-// route answers from the copy too (nobody holds a unit yet).
+// route answers from the copy too (nobody holds a unit yet); while Postgres is away a copy still
+// answers, and without one the statement meets the outage (503).
 //
 // "Not from Postgres" is shown by changing seckill_allowlist behind the version's back (plain SQL,
 // no version moved): a copy answers what the list held when it was loaded, a statement what it
@@ -13,7 +14,7 @@ import { createExecutionContext, waitOnExecutionContext } from 'cloudflare:test'
 import { env } from 'cloudflare:workers';
 import { sql as raw } from 'drizzle-orm';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { forgetAllowlists, listedAtEdge, loadCopy } from '../../workers/edge/allowlist-copies';
+import { fingerprintsOf, forgetAllowlists, keepCopy, listedAtEdge, loadCopy } from '../../workers/edge/allowlist-copies';
 import { requireEligible } from '../../workers/edge/eligibility';
 import { getGoods, invalidateGoods } from '../../workers/edge/goods-cache';
 import { readSharedBytes, sharedKey } from '../../workers/edge/shared-copies';
@@ -208,6 +209,26 @@ describe("an allowlist goods' list kept at the edge", () => {
       createExecutionContext(),
     );
     expect(await json(res)).toEqual({ eligible: true, perUserLimit: 2, held: 0 });
+  });
+
+  it('answers joins from the copy while Postgres is out of reach', async () => {
+    const { goodsId } = await createRulesGoods({ stock: 5, eligibility: 'allowlist' });
+    expect((await changeList(goodsId, { add: ['kd-in'] })).status).toBe(200);
+    // The isolate holds the current version's copy of a deployment whose Postgres is away (the
+    // goods list is this isolate's own, renewed by the change).
+    const away = { ...own, DATABASE_URL: 'postgres://nobody:nobody@127.0.0.1:1/allowlist-copies' } as Env;
+    const version = await versionOf(goodsId);
+    keepCopy(`${away.DATABASE_URL}|${goodsId}`, { version, fingerprints: fingerprintsOf(['kd-in']) });
+    const joinAway = async (userId: string) => {
+      const headers = bearer(await devToken(userId));
+      const req = new Request(`https://seckill.test/api/seckill/goods/${goodsId}/queue`, { method: 'POST', headers });
+      return answerOf(await worker.fetch(req, away, createExecutionContext()));
+    };
+    expect(await joinAway('kd-in')).toMatchObject({ status: 200 });
+    expect(await joinAway('kd-out')).toMatchObject({ status: 403, code: 'NOT_ELIGIBLE' });
+    // Without a copy, the shopper's statement meets the outage: 503, not a guess.
+    forgetAllowlists();
+    expect(await joinAway('kd-in')).toMatchObject({ status: 503, code: 'UNAVAILABLE' });
   });
 
   it('an activity-scoped allowlist goods asks Postgres, which also knows the live orders', async () => {
