@@ -12,9 +12,10 @@
 // holds now.
 import { createExecutionContext, waitOnExecutionContext } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
-import { sql as raw } from 'drizzle-orm';
+import { eq, sql as raw } from 'drizzle-orm';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { fingerprintsOf, forgetAllowlists, keepCopy, listedAtEdge, loadCopy } from '../../workers/edge/allowlist-copies';
+import { seckillGoods } from '../../db/schema';
+import { allowlistCopyName, fingerprintsOf, forgetAllowlists, keepCopy, listedAtEdge, loadCopy } from '../../workers/edge/allowlist-copies';
 import { requireEligible } from '../../workers/edge/eligibility';
 import { getGoods, invalidateGoods } from '../../workers/edge/goods-cache';
 import { readSharedBytes, sharedKey } from '../../workers/edge/shared-copies';
@@ -53,19 +54,22 @@ async function callOwn(path: string, init: { method?: string; headers?: Record<s
   return res;
 }
 
-async function versionOf(goodsId: number): Promise<number> {
-  const { rows } = await sql((db) => db.execute(raw`SELECT allowlist_version AS v FROM seckill_goods WHERE id = ${goodsId}`));
-  return Number(rows[0]?.v);
+/** The goods as the edge reads it (its id, creation and allowlist version), as Postgres has it now. */
+async function goodsAt(goodsId: number) {
+  const [row] = await sql((db) =>
+    db
+      .select({ id: seckillGoods.id, createdAt: seckillGoods.createdAt, allowlistVersion: seckillGoods.allowlistVersion })
+      .from(seckillGoods)
+      .where(eq(seckillGoods.id, goodsId)),
+  );
+  if (!row) {
+    throw new Error(`no goods ${goodsId}`);
+  }
+  return row;
 }
 
-/** The goods as the edge reads it, with the version Postgres has now. */
-async function goodsAt(goodsId: number) {
-  return {
-    id: goodsId,
-    allowlistVersion: await versionOf(goodsId),
-    eligibility: 'allowlist' as const,
-    limitScope: 'goods' as const,
-  };
+async function versionOf(goodsId: number): Promise<number> {
+  return (await goodsAt(goodsId)).allowlistVersion;
 }
 
 /** Changes the list behind the version's back: what a copy does not see and a statement does. */
@@ -133,19 +137,20 @@ describe("an allowlist goods' list kept at the edge", () => {
     expect(listedAtEdge(config, second, 'kc-in', undefined)).toBe(false);
     expect(listedAtEdge(config, second, 'kc-late', undefined)).toBe(false);
     // A goods row a version behind the copy is answered by the newer copy.
-    expect(listedAtEdge(config, { id: goodsId, allowlistVersion: first }, 'kc-ghost', undefined)).toBe(true);
+    expect(listedAtEdge(config, { ...second, allowlistVersion: first }, 'kc-ghost', undefined)).toBe(true);
   });
 
   it("loads a version from Postgres once, in pages, and other isolates read the data center's copy", async () => {
     const { goodsId } = await createRulesGoods({ stock: 5, eligibility: 'allowlist' });
     const ids = Array.from({ length: 23 }, (_, i) => `kc-page-${i}`);
     expect((await changeList(goodsId, { add: ids })).status).toBe(200);
-    const version = await versionOf(goodsId);
+    const row = await goodsAt(goodsId);
+    const version = row.allowlistVersion;
 
     // Pages of 5 over 23 shoppers: every one held, none more.
-    const loaded = await loadCopy(config, goodsId, version, 5);
+    const loaded = await loadCopy(config, row, version, 5);
     expect(loaded?.length).toBe(23);
-    const goods = { id: goodsId, allowlistVersion: version };
+    const goods = row;
     const loads: Promise<unknown>[] = [];
     expect(listedAtEdge(config, goods, 'kc-page-0', (p) => loads.push(p))).toBeUndefined();
     // One load per isolate at a time: the requests beside it do not start another.
@@ -158,23 +163,27 @@ describe("an allowlist goods' list kept at the edge", () => {
     // Another isolate (this one, forgetting) reads the data center's copy: Postgres' new row is not in it.
     await behindTheBack(goodsId, { add: ['kc-page-new'] });
     forgetAllowlists();
-    expect((await loadCopy(config, goodsId, version))?.length).toBe(23);
+    expect((await loadCopy(config, row, version))?.length).toBe(23);
     // A version the data center has no copy of is Postgres' list as it is now.
-    expect((await loadCopy(config, goodsId, version + 1000))?.length).toBe(24);
+    expect((await loadCopy(config, row, version + 1000))?.length).toBe(24);
+    // So is the same id and version of a goods created at another moment (a database made again
+    // under the same URL): the copy is keyed by the goods' creation too.
+    expect((await loadCopy(config, { ...row, createdAt: new Date(row.createdAt.getTime() + 1) }, version))?.length).toBe(24);
   });
 
   it('a list over the bound is never kept: every shopper asks Postgres, and the data center remembers it', async () => {
     const { goodsId } = await createRulesGoods({ stock: 5, eligibility: 'allowlist' });
     expect((await changeList(goodsId, { add: ['kc-big-1', 'kc-big-2', 'kc-big-3'] })).status).toBe(200);
-    const version = await versionOf(goodsId);
-    expect(await loadCopy(config, goodsId, version, 2, 2)).toBeNull();
-    const copy = await readSharedBytes(await sharedKey(config.databaseUrl, `allowlist/${goodsId}/${version}`));
+    const row = await goodsAt(goodsId);
+    const version = row.allowlistVersion;
+    expect(await loadCopy(config, row, version, 2, 2)).toBeNull();
+    const copy = await readSharedBytes(await sharedKey(config.databaseUrl, allowlistCopyName(row, version)));
     expect(copy?.byteLength).toBe(1);
     // The isolate's load now reads that mark: nothing is kept, statements answer every shopper.
     const loads: Promise<unknown>[] = [];
-    expect(listedAtEdge(config, { id: goodsId, allowlistVersion: version }, 'kc-big-1', (p) => loads.push(p))).toBeUndefined();
+    expect(listedAtEdge(config, row, 'kc-big-1', (p) => loads.push(p))).toBeUndefined();
     await Promise.all(loads);
-    expect(listedAtEdge(config, { id: goodsId, allowlistVersion: version }, 'kc-big-1', undefined)).toBeUndefined();
+    expect(listedAtEdge(config, row, 'kc-big-1', undefined)).toBeUndefined();
     expect((await join('kc-big-2', goodsId)).status).toBe(200);
     expect(await join('kc-big-9', goodsId)).toMatchObject({ status: 403, code: 'NOT_ELIGIBLE' });
   });

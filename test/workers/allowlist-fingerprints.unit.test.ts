@@ -62,7 +62,8 @@ describe("an isolate's copies", () => {
     keepCopy(`${config.databaseUrl}|2`, copy(40), 100);
     keepCopy(`${config.databaseUrl}|1`, copy(40), 100); // loaded again: now the newest
     keepCopy(`${config.databaseUrl}|3`, copy(40), 100); // 120 > 100: goods 2 goes
-    const listed = (goodsId: number) => listedAtEdge(config, { id: goodsId, allowlistVersion: 1 }, 'c-7', undefined);
+    const listed = (goodsId: number) =>
+      listedAtEdge(config, { id: goodsId, allowlistVersion: 1, createdAt: new Date(0) }, 'c-7', undefined);
     expect([listed(1), listed(2), listed(3)]).toEqual([true, undefined, true]);
     // One copy over the bound alone is still kept: the newest always is.
     keepCopy(`${config.databaseUrl}|4`, copy(150), 100);

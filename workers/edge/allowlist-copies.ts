@@ -2,6 +2,7 @@ import { allowlistPage } from '../../db/allowlist';
 import { dbOptions, httpDb } from '../../db/client';
 import type { GoodsRow } from '../../db/goods';
 import type { Config } from '../kernel/config';
+import { log } from '../kernel/log';
 import { fnv1a } from '../kernel/shards';
 import type { WaitUntil } from './group-commit';
 import { readSharedBytes, sharedKey, writeSharedBytes } from './shared-copies';
@@ -15,11 +16,11 @@ import { readSharedBytes, sharedKey, writeSharedBytes } from './shared-copies';
 // isolate to need it reads the list from Postgres in pages, in the background, and leaves the
 // fingerprints in the data center's cache (shared-copies.ts), where the others read them.
 //
-// Until an isolate holds the current version's copy, and for a list over MAX_KEPT_IDS, the shopper's
-// own statement answers as before. A fingerprint is not the id: two ids share one about once in
-// 2^53 / n tries, and such a shopper is let through to the stock object, which keeps the list
-// itself and refuses them where the unit is taken. A shopper off the list is never let through
-// by a fingerprint, and one on it never refused.
+// Until an isolate holds the current version's copy, and for a list over MAX_KEPT_IDS, the
+// shopper's own statement answers as before. A fingerprint is not the id: two ids share one about
+// once in 2^53 / n tries, and such a shopper is let through to the stock object, which keeps the
+// list itself and refuses them where the unit is taken. A shopper on the list is never refused by
+// a fingerprint.
 
 /** Ids per statement of a load (about 1.5 MB of rows over SQL over HTTP). */
 const LOAD_PAGE = 50_000;
@@ -89,7 +90,7 @@ export function holds(fingerprints: Float64Array, value: number): boolean {
  */
 export function listedAtEdge(
   config: Config,
-  goods: Pick<GoodsRow, 'id' | 'allowlistVersion'>,
+  goods: Pick<GoodsRow, 'id' | 'allowlistVersion' | 'createdAt'>,
   userId: string,
   waitUntil: WaitUntil | undefined,
   now = Date.now(),
@@ -104,7 +105,7 @@ export function listedAtEdge(
   if (waitUntil && (started === undefined || now - started >= RETRY_MS)) {
     loading.set(key, now);
     waitUntil(
-      loadCopy(config, goods.id, goods.allowlistVersion)
+      loadCopy(config, goods, goods.allowlistVersion)
         .then((fingerprints) => {
           const current = kept.get(key);
           if (!current || current.version < goods.allowlistVersion) {
@@ -113,7 +114,7 @@ export function listedAtEdge(
           loading.delete(key);
         })
         // Left in `loading`: the next request after RETRY_MS tries again, the shoppers' own statements answer meanwhile.
-        .catch(() => undefined),
+        .catch((error: unknown) => log.warn('allowlist.load_failed', { goodsId: goods.id, version: goods.allowlistVersion, error })),
     );
   }
   return undefined;
@@ -140,23 +141,32 @@ export function keepCopy(key: string, copy: Kept, max = MAX_KEPT_FINGERPRINTS): 
   }
 }
 
-/** A version's fingerprints: the data center's copy, or Postgres' list, which then becomes that copy. */
+/**
+ * A version's fingerprints: the data center's copy, or Postgres' list, which then becomes that
+ * copy. Keyed by the goods' creation too: a database made again under the same URL (a local one
+ * reset) numbers its goods and versions from the start, and must not read the old one's lists.
+ */
 export async function loadCopy(
   config: Config,
-  goodsId: number,
+  goods: Pick<GoodsRow, 'id' | 'createdAt'>,
   version: number,
   page = LOAD_PAGE,
   max = MAX_KEPT_IDS,
 ): Promise<Float64Array | null> {
-  const key = await sharedKey(config.databaseUrl, `allowlist/${goodsId}/${version}`);
+  const key = await sharedKey(config.databaseUrl, allowlistCopyName(goods, version));
   const shared = await readSharedBytes(key);
   if (shared) {
     return shared.byteLength % 8 === 0 ? new Float64Array(shared) : null;
   }
-  const ids = await listFromPostgres(config, goodsId, page, max);
+  const ids = await listFromPostgres(config, goods.id, page, max);
   const fingerprints = ids ? fingerprintsOf(ids) : null;
   await writeSharedBytes(key, fingerprints ? new Uint8Array(fingerprints.buffer) : TOO_LARGE, KEEP_SECONDS);
   return fingerprints;
+}
+
+/** The name of a version's copy in the data center's cache. */
+export function allowlistCopyName(goods: Pick<GoodsRow, 'id' | 'createdAt'>, version: number): string {
+  return `allowlist/${goods.id}/${goods.createdAt.getTime()}/${version}`;
 }
 
 /** The goods' whole allowlist in keyset pages; null once it passes `max`. */
