@@ -26,6 +26,7 @@ import {
   classicPhase,
   delayPhase,
   goodsPagePhase,
+  journeyRoutesPhase,
   modelPhase,
   queuePhase,
   shardPhase,
@@ -200,6 +201,7 @@ async function bench(o: BenchOptions) {
     const floor = combinePhases(floorBefore, floorAfter);
     const goodsPage = await goodsPagePhase(ctx, GOODS_PAGE_SHARDS);
     const allowlistJoins = await allowlistJoinPhases(ctx);
+    const journeyRoutes = await journeyRoutesPhase(ctx, floor.rps);
 
     say(`Consumer: ${fmt(o.consumerMessages)} orders straight to the order queue...`);
     const backlogGoods = await admin.createGoods({ stock: o.consumerMessages, title: 'Bench: consumer backlog' });
@@ -243,6 +245,7 @@ async function bench(o: BenchOptions) {
         ...(sharded?.goods ?? []),
         ...(line?.goods ?? []),
         ...(heldReads?.goods ?? []),
+        ...journeyRoutes.goods,
       ],
       settleTimeoutMs: 120_000,
     });
@@ -309,6 +312,7 @@ async function bench(o: BenchOptions) {
       shards: sharded?.result ?? null,
       goodsPage,
       allowlistJoins,
+      journeyRoutes: journeyRoutes.result,
       queue: line?.result ?? null,
       heldReads: heldReads?.result ?? null,
       classic,

@@ -35,6 +35,7 @@ type Result = {
   soldOut: Phase & { ratioToFloor: number };
   goodsPage: Phase & { shards: number; stockCallsPerView: number; durationS: number };
   allowlistJoins: (Phase & { limitScope: 'goods' | 'activity'; sqlPerJoin: number })[];
+  journeyRoutes: { routes: (Phase & { route: string; cpuUsPerRequest: number | null })[]; cpuUsPerJourney: number | null };
   consumer: {
     ordersPerSec: number;
     insertFloorPerSec: number;
@@ -236,6 +237,21 @@ describe('npm run bench', () => {
     }
     expect(byActivity?.sqlPerJoin).toBeGreaterThanOrEqual(0.9);
     expect(byGoods?.sqlPerJoin).toBeLessThan(0.25);
+
+    // A journey by route under the crowd: each step's shoppers answered, the purchases accepted,
+    // the CPU a request read for each route and summed.
+    expect(latest.journeyRoutes.routes.map((r) => r.route)).toEqual([
+      'POST .../challenge',
+      'POST .../token',
+      'POST /api/seckill/do/:path',
+      'GET .../result/:requestId',
+    ]);
+    expect(latest.journeyRoutes.routes.map((r) => Object.keys(r.outcomes))).toEqual([['200'], ['200'], ['202'], ['200']]);
+    for (const route of latest.journeyRoutes.routes) {
+      expect(route.requests).toBeGreaterThan(0);
+      expect(route.cpuUsPerRequest).toBeGreaterThan(0);
+    }
+    expect(latest.journeyRoutes.cpuUsPerJourney).toBe(latest.journeyRoutes.routes.reduce((sum, r) => sum + (r.cpuUsPerRequest ?? 0), 0));
 
     // The sharded goods sold every unit; the queue admitted and sold to every shopper who joined.
     expect(latest.shards).toMatchObject({ shardsAsked: 8, shardsReported: 8, soldAll: true });

@@ -9,6 +9,7 @@ import { MAX_ROOM_SHARDS, ROOM_SHARDS } from '../../../workers/kernel/waiting-ro
 import { type AdminApi, liveOrders } from '../load/admin.ts';
 import type { HttpClient } from '../load/http-client.ts';
 import { round } from '../load/metrics.ts';
+import { challengeAnswer } from '../load/shoppers.ts';
 import { acceptedCollector, purchaseRequests } from './buyers.ts';
 import type { PhaseOptions, PhaseRequest, PhaseResult } from './cannon.ts';
 import { type ClassicRun, classicServices, runClassic } from './classic/index.ts';
@@ -235,6 +236,116 @@ export async function allowlistJoinPhases(c: BenchContext): Promise<AllowlistJoi
   return out;
 }
 
+/** One route of a shopper's journey, measured at load on its own. */
+export type RoutePhase = PhaseResult & { route: string };
+
+export type JourneyRoutes = {
+  routes: RoutePhase[];
+  /** The routes' CPU a request summed: what one shopper's journey costs the Worker under a crowd. */
+  cpuUsPerJourney: number | null;
+};
+
+/** Shoppers of the journey-by-route phases: at most this many, and no more than the floor serves in the time. */
+const ROUTE_SHOPPERS = 20_000;
+
+/**
+ * A shopper's journey one route at a time, each route under the bench's connections for at most
+ * 3 s with every request a new shopper's: the challenge (`POST .../challenge`), the token with
+ * the challenge's answer, the purchase with that token, and the result read once (no wait), each
+ * step's shoppers those the step before answered; the reads once the orders are written. The
+ * CPU a request of each route (workerd's processes, from /proc, the purchase's with the orders'
+ * writing as it goes on beside it), where the journeys walk measures a whole journey at rest.
+ */
+export async function journeyRoutesPhase(c: BenchContext, floorRps: number): Promise<{ result: JourneyRoutes; goods: CheckedGoods[] }> {
+  const durationS = Math.min(c.o.durationS, 3);
+  const shoppers = Math.min(ROUTE_SHOPPERS, Math.ceil(floorRps * durationS));
+  c.say(`A journey by route: challenge, token, purchase and result read, each for ${durationS} s at most...`);
+  const goods = await saleGoods(c, 'journey by route', 2_000_000);
+  const users = await c.minter.users('route', shoppers);
+  const auth = (jwt: string) => ({ authorization: `Bearer ${jwt}` });
+  const routes: RoutePhase[] = [];
+  const step = async <T>(route: string, items: T[], request: (item: T) => PhaseRequest, answer: (item: T, body: string) => void) => {
+    let i = 0;
+    const itemOf = new Map<PhaseRequest, T>();
+    const result = await c.phase({
+      durationS,
+      maxRequests: items.length,
+      next: () => {
+        // Past the last item (a phase of fewer items than connections), the last again.
+        const item = items[Math.min(i++, items.length - 1)] as T;
+        const req = request(item);
+        itemOf.set(req, item);
+        return req;
+      },
+      onAnswer: (status, body, req) => {
+        const item = req ? itemOf.get(req) : undefined;
+        if (status < 300 && item !== undefined) {
+          answer(item, body);
+        }
+      },
+    });
+    routes.push({ ...result, route });
+  };
+
+  const challenged: { jwt: string; challenge: unknown }[] = [];
+  await step(
+    'POST .../challenge',
+    users,
+    (u) => ({ method: 'POST', path: `/api/seckill/goods/${goods.goodsId}/challenge`, headers: auth(u.jwt) }),
+    (u, body) => challenged.push({ jwt: u.jwt, challenge: JSON.parse(body) }),
+  );
+  const answered: { jwt: string; body: string }[] = [];
+  for (const ch of challenged) {
+    const a = await challengeAnswer(ch.challenge);
+    if (a.body) {
+      answered.push({ jwt: ch.jwt, body: JSON.stringify(a.body) });
+    }
+  }
+  const issued: { jwt: string; token: string; path: string }[] = [];
+  await step(
+    'POST .../token',
+    answered,
+    (a) => ({
+      method: 'POST',
+      path: `/api/seckill/goods/${goods.goodsId}/token`,
+      headers: { ...auth(a.jwt), 'content-type': 'application/json' },
+      body: a.body,
+    }),
+    (a, body) => {
+      const t = JSON.parse(body) as { token: string; path: string };
+      issued.push({ jwt: a.jwt, token: t.token, path: t.path });
+    },
+  );
+  const accepted = new Set<string>();
+  const bought: { jwt: string; requestId: string }[] = [];
+  await step(
+    'POST /api/seckill/do/:path',
+    issued,
+    (t) => ({
+      method: 'POST',
+      path: `/api/seckill/do/${t.path}`,
+      headers: { ...auth(t.jwt), 'content-type': 'application/json' },
+      body: JSON.stringify({ goodsId: goods.goodsId, token: t.token }),
+    }),
+    (t, body) => {
+      const requestId = (JSON.parse(body) as { requestId: string }).requestId;
+      accepted.add(requestId);
+      bought.push({ jwt: t.jwt, requestId });
+    },
+  );
+  // The reads once the orders are written: their CPU is theirs, not the consumer's as it drains.
+  await c.admin.waitAtRest(goods.goodsId, { timeoutMs: 120_000 });
+  await step(
+    'GET .../result/:requestId',
+    bought,
+    (b) => ({ method: 'GET', path: `/api/seckill/result/${b.requestId}`, headers: auth(b.jwt) }),
+    () => undefined,
+  );
+  const cpu = routes.map((r) => r.cpuUsPerRequest);
+  const cpuUsPerJourney = cpu.every((x) => x !== null) ? cpu.reduce<number>((sum, x) => sum + (x ?? 0), 0) : null;
+  return { result: { routes, cpuUsPerJourney }, goods: [{ name: 'journey by route', goodsId: goods.goodsId, accepted }] };
+}
+
 export type DelayPhase = PhaseResult & {
   delayMs: number;
   accepted: number;
@@ -246,7 +357,7 @@ export type DelayPhase = PhaseResult & {
 /** Purchases while every object call waits `delayMs` first (an object far from the isolate). */
 export async function delayPhase(c: BenchContext, baseline: PhaseResult): Promise<{ result: DelayPhase; goods: CheckedGoods[] }> {
   const delayMs = c.o.objectDelayMs;
-  c.say(`Object delay: purchases with ${delayMs} ms before every object call, ${c.o.durationS} s...`);
+  c.say(`Object delay: purchases with ${delayMs} ms before every object call, $c.o.durationSs...`);
   const goods = await saleGoods(c, `object delay ${delayMs} ms`, 2_000_000);
   const accepted = new Set<string>();
   const count = Math.ceil(((c.o.connections * 1000) / delayMs) * c.o.durationS * 1.2);

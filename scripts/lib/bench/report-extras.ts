@@ -8,7 +8,7 @@ import type { ClassicRun } from './classic/index.ts';
 import type { HeldReadsPhase } from './held-reads.ts';
 import { MODEL_SHARDS, objectsPerGoods, TARGET_PURCHASES_PER_SEC } from './model.ts';
 import { purchasesPerStockCall } from './objects.ts';
-import type { AllowlistJoins, DelayPhase, GoodsPagePhase, ModelPhase, ShardPhase } from './phases.ts';
+import type { AllowlistJoins, DelayPhase, GoodsPagePhase, JourneyRoutes, ModelPhase, ShardPhase } from './phases.ts';
 import type { QueuePhase } from './room.ts';
 
 type Extras = {
@@ -19,6 +19,7 @@ type Extras = {
   /** Absent in results of runs before the phase. */
   goodsPage?: GoodsPagePhase;
   allowlistJoins?: AllowlistJoins[];
+  journeyRoutes?: JourneyRoutes;
   queue: QueuePhase | null;
   /** Absent in results of runs before the phase. */
   heldReads?: HeldReadsPhase | null;
@@ -139,6 +140,19 @@ export function formatExtras(r: Extras): string[] {
         `${j.limitScope === 'goods' ? "the list from the isolate's copy" : 'the activity rule asks Postgres each shopper, as every allowlist join did'})`,
     ]);
   }
+  for (const route of r.journeyRoutes?.routes ?? []) {
+    rows.push([
+      `journey by route: ${route.route}`,
+      fmt(route.requests),
+      fmt(route.rps),
+      fmt(route.p50Ms),
+      fmt(route.p90Ms),
+      fmt(route.p99Ms),
+      `${fmt(route.cpuUsPerRequest)} µs of workerd's CPU a request; ${Object.entries(route.outcomes)
+        .map(([k, v]) => `${k}: ${fmt(v)}`)
+        .join(', ')}`,
+    ]);
+  }
   const c = 'skipped' in r.classic ? undefined : r.classic;
   if (c) {
     rows.push([
@@ -152,6 +166,14 @@ export function formatExtras(r: Extras): string[] {
     ]);
   }
   lines.push('', table(rows));
+  const j = r.journeyRoutes;
+  if (j) {
+    lines.push(
+      `A journey by route, each under the crowd: ${fmt(j.cpuUsPerJourney)} µs of workerd's CPU a shopper ` +
+        `(${j.routes.map((x) => `${x.route} ${fmt(x.cpuUsPerRequest)}`).join(' + ')}), where the journeys walked one by one take ` +
+        `${fmt(r.model?.journey.cpuUsPerJourney)} µs each at rest`,
+    );
+  }
   if (!c && 'skipped' in r.classic) {
     lines.push(`Classic stack: skipped (${r.classic.skipped})`);
   }
