@@ -18,7 +18,7 @@ import { seckillGoods } from '../../db/schema';
 import { allowlistCopyName, fingerprintsOf, forgetAllowlists, keepCopy, listedAtEdge, loadCopy } from '../../workers/edge/allowlist-copies';
 import { requireEligible } from '../../workers/edge/eligibility';
 import { getGoods, invalidateGoods } from '../../workers/edge/goods-cache';
-import { readSharedBytes, sharedKey } from '../../workers/edge/shared-copies';
+import { dropShared, readSharedBytes, sharedKey, writeSharedBytes } from '../../workers/edge/shared-copies';
 import worker from '../../workers/index';
 import { getConfig } from '../../workers/kernel/config';
 import { ADMIN, bearer, devToken, json, setLimits, sql } from './helpers';
@@ -150,6 +150,8 @@ describe("an allowlist goods' list kept at the edge", () => {
     // Pages of 5 over 23 shoppers: every one held, none more.
     const loaded = await loadCopy(config, row, version, 5);
     expect(loaded?.length).toBe(23);
+    // Its loading mark is gone with the load.
+    expect(await readSharedBytes(`${await sharedKey(config.databaseUrl, allowlistCopyName(row, version))}/loading`)).toBeUndefined();
     const goods = row;
     const loads: Promise<unknown>[] = [];
     expect(listedAtEdge(config, goods, 'kc-page-0', (p) => loads.push(p))).toBeUndefined();
@@ -169,6 +171,28 @@ describe("an allowlist goods' list kept at the edge", () => {
     // So is the same id and version of a goods created at another moment (a database made again
     // under the same URL): the copy is keyed by the goods' creation too.
     expect((await loadCopy(config, { ...row, createdAt: new Date(row.createdAt.getTime() + 1) }, version))?.length).toBe(24);
+  });
+
+  it('a version another isolate of the data center is loading is not loaded again: its copy is looked for a second later', async () => {
+    const { goodsId } = await createRulesGoods({ stock: 5, eligibility: 'allowlist' });
+    expect((await changeList(goodsId, { add: ['km-in'] })).status).toBe(200);
+    const row = await goodsAt(goodsId);
+    const key = await sharedKey(config.databaseUrl, allowlistCopyName(row, row.allowlistVersion));
+    // Another isolate's mark: this one neither reads Postgres nor marks the version itself.
+    await writeSharedBytes(`${key}/loading`, new Uint8Array([1]), 30);
+    expect(await loadCopy(config, row, row.allowlistVersion)).toBeUndefined();
+    const loads: Promise<unknown>[] = [];
+    expect(listedAtEdge(config, row, 'km-in', (p) => loads.push(p))).toBeUndefined();
+    await Promise.all(loads);
+    expect(listedAtEdge(config, row, 'km-in', (p) => loads.push(p))).toBeUndefined();
+    expect(loads).toHaveLength(1);
+    // The other isolate leaves its copy (one of a list Postgres never had, to show which is read) and its mark goes.
+    await writeSharedBytes(key, new Uint8Array(fingerprintsOf(['km-shared']).buffer), 600);
+    await dropShared(`${key}/loading`);
+    expect(listedAtEdge(config, row, 'km-in', (p) => loads.push(p), Date.now() + 1_000)).toBeUndefined();
+    await Promise.all(loads);
+    expect(listedAtEdge(config, row, 'km-shared', undefined)).toBe(true);
+    expect(listedAtEdge(config, row, 'km-in', undefined)).toBe(false);
   });
 
   it('a list over the bound is never kept: every shopper asks Postgres, and the data center remembers it', async () => {

@@ -5,7 +5,7 @@ import type { Config } from '../kernel/config';
 import { log } from '../kernel/log';
 import { fnv1a } from '../kernel/shards';
 import type { WaitUntil } from './group-commit';
-import { readSharedBytes, sharedKey, writeSharedBytes } from './shared-copies';
+import { dropShared, readSharedBytes, sharedKey, writeSharedBytes } from './shared-copies';
 
 // An allowlist goods' list at the edge, so the crowd's joins and ticket requests do not each ask
 // Postgres whether the shopper is on it. An isolate keeps the list as sorted 53-bit fingerprints
@@ -14,7 +14,8 @@ import { readSharedBytes, sharedKey, writeSharedBytes } from './shared-copies';
 // with the goods list they already read (at most 5 s old; at once in the isolate that made the
 // change and its data center). A version's copy is loaded once per data center: the first
 // isolate to need it reads the list from Postgres in pages, in the background, and leaves the
-// fingerprints in the data center's cache (shared-copies.ts), where the others read them.
+// fingerprints in the data center's cache (shared-copies.ts), where the others read them (while
+// it loads, its mark there keeps the others from loading the same list).
 //
 // Until an isolate holds the current version's copy, and for a list over MAX_KEPT_IDS, the
 // shopper's own statement answers as before. A fingerprint is not the id: two ids share one about
@@ -30,8 +31,14 @@ const MAX_KEPT_IDS = 2_000_000;
 const KEEP_SECONDS = 24 * 3600;
 /** A load that failed is tried again after this. */
 const RETRY_MS = 5_000;
+/** Another isolate of the data center loading the same version: look for its copy again after this. */
+const LOOK_AGAIN_MS = 1_000;
+/** How long an isolate's mark that it is loading a version holds the data center's others back. */
+const LOADING_MARK_SECONDS = 30;
 /** What the shared copy holds for a list over MAX_KEPT_IDS: not a whole number of fingerprints. */
 const TOO_LARGE = new Uint8Array([1]);
+/** The body of a loading mark (only its presence is read). */
+const LOADING = new Uint8Array([1]);
 
 /** Fingerprints an isolate keeps over all its goods (32 MB); the copies loaded longest ago go first. */
 const MAX_KEPT_FINGERPRINTS = 4_000_000;
@@ -39,8 +46,8 @@ const MAX_KEPT_FINGERPRINTS = 4_000_000;
 type Kept = { version: number; fingerprints: Float64Array | null };
 /** Per database and goods, in the order they were loaded: the newest version this isolate has (null fingerprints: too large to keep). */
 const kept = new Map<string, Kept>();
-/** Per database and goods: when this isolate's load of a newer version started. */
-const loading = new Map<string, number>();
+/** Per database and goods, while this isolate has no copy of the current version: when it may next try to load one. */
+const nextLoad = new Map<string, number>();
 
 /** A 53-bit fingerprint of a user id: FNV-1a above 21 bits of a second, differently mixed hash. */
 export function fingerprint(userId: string): number {
@@ -101,19 +108,24 @@ export function listedAtEdge(
   if (copy && copy.version >= goods.allowlistVersion) {
     return copy.fingerprints ? holds(copy.fingerprints, fingerprint(userId)) : undefined;
   }
-  const started = loading.get(key);
-  if (waitUntil && (started === undefined || now - started >= RETRY_MS)) {
-    loading.set(key, now);
+  const next = nextLoad.get(key);
+  if (waitUntil && (next === undefined || now >= next)) {
+    // Until this load ends, and for RETRY_MS after one that failed, no other starts here.
+    nextLoad.set(key, now + RETRY_MS);
     waitUntil(
       loadCopy(config, goods, goods.allowlistVersion)
         .then((fingerprints) => {
+          if (fingerprints === undefined) {
+            nextLoad.set(key, Date.now() + LOOK_AGAIN_MS);
+            return;
+          }
           const current = kept.get(key);
           if (!current || current.version < goods.allowlistVersion) {
             keepCopy(key, { version: goods.allowlistVersion, fingerprints });
           }
-          loading.delete(key);
+          nextLoad.delete(key);
         })
-        // Left in `loading`: the next request after RETRY_MS tries again, the shoppers' own statements answer meanwhile.
+        // The shoppers' own statements answer meanwhile.
         .catch((error: unknown) => log.warn('allowlist.load_failed', { goodsId: goods.id, version: goods.allowlistVersion, error })),
     );
   }
@@ -143,8 +155,11 @@ export function keepCopy(key: string, copy: Kept, max = MAX_KEPT_FINGERPRINTS): 
 
 /**
  * A version's fingerprints: the data center's copy, or Postgres' list, which then becomes that
- * copy. Keyed by the goods' creation too: a database made again under the same URL (a local one
- * reset) numbers its goods and versions from the start, and must not read the old one's lists.
+ * copy; undefined while another isolate of the data center is reading it from Postgres (its
+ * mark, kept LOADING_MARK_SECONDS at most, says so), so that a crowd's new isolates starting
+ * together make about one load per data center, not one each. Keyed by the goods' creation
+ * too: a database made again under the same URL (a local one reset) numbers its goods and
+ * versions from the start, and must not read the old one's lists.
  */
 export async function loadCopy(
   config: Config,
@@ -152,16 +167,25 @@ export async function loadCopy(
   version: number,
   page = LOAD_PAGE,
   max = MAX_KEPT_IDS,
-): Promise<Float64Array | null> {
+): Promise<Float64Array | null | undefined> {
   const key = await sharedKey(config.databaseUrl, allowlistCopyName(goods, version));
   const shared = await readSharedBytes(key);
   if (shared) {
     return shared.byteLength % 8 === 0 ? new Float64Array(shared) : null;
   }
-  const ids = await listFromPostgres(config, goods.id, page, max);
-  const fingerprints = ids ? fingerprintsOf(ids) : null;
-  await writeSharedBytes(key, fingerprints ? new Uint8Array(fingerprints.buffer) : TOO_LARGE, KEEP_SECONDS);
-  return fingerprints;
+  const mark = `${key}/loading`;
+  if (await readSharedBytes(mark)) {
+    return undefined;
+  }
+  await writeSharedBytes(mark, LOADING, LOADING_MARK_SECONDS);
+  try {
+    const ids = await listFromPostgres(config, goods.id, page, max);
+    const fingerprints = ids ? fingerprintsOf(ids) : null;
+    await writeSharedBytes(key, fingerprints ? new Uint8Array(fingerprints.buffer) : TOO_LARGE, KEEP_SECONDS);
+    return fingerprints;
+  } finally {
+    await dropShared(mark);
+  }
 }
 
 /** The name of a version's copy in the data center's cache. */
@@ -190,5 +214,5 @@ async function listFromPostgres(config: Config, goodsId: number, page: number, m
 /** Forgets this isolate's copies (tests: an isolate that has not loaded any). */
 export function forgetAllowlists(): void {
   kept.clear();
-  loading.clear();
+  nextLoad.clear();
 }
