@@ -110,7 +110,7 @@ export function listedAtEdge(
   }
   const next = nextLoad.get(key);
   if (waitUntil && (next === undefined || now >= next)) {
-    // Until this load ends, and for RETRY_MS after one that failed, no other starts here.
+    // No other load starts here for RETRY_MS (one that runs longer is kept from Postgres by its own mark).
     nextLoad.set(key, now + RETRY_MS);
     waitUntil(
       loadCopy(config, goods, goods.allowlistVersion)
