@@ -15,22 +15,14 @@ import {
   measureInsertFloor,
   orderMessages,
 } from './lib/bench/consumer.ts';
+import type { BenchContext } from './lib/bench/context.ts';
+import { allowlistJoinPhases, goodsPagePhase, journeyRoutesPhase } from './lib/bench/crowd-phases.ts';
 import { heldReadsPhase } from './lib/bench/held-reads.ts';
 import { benchInvariants } from './lib/bench/invariants.ts';
 import { benchSecrets, shopperMinter } from './lib/bench/mint.ts';
 import { byClass, countCalls, objectCallsApi } from './lib/bench/objects.ts';
 import { BENCH_USAGE, type BenchOptions, isUsageError, parseBenchOptions } from './lib/bench/options.ts';
-import {
-  allowlistJoinPhases,
-  type BenchContext,
-  classicPhase,
-  delayPhase,
-  goodsPagePhase,
-  journeyRoutesPhase,
-  modelPhase,
-  queuePhase,
-  shardPhase,
-} from './lib/bench/phases.ts';
+import { classicPhase, delayPhase, modelPhase, queuePhase, shardPhase } from './lib/bench/phases.ts';
 import { type CpuProfile, connectProfiler, type HeapProfile, summarizeProfile } from './lib/bench/profile.ts';
 import { environment, formatBench, saveResult, withRatios } from './lib/bench/report.ts';
 import { startBenchStack } from './lib/bench/stack.ts';

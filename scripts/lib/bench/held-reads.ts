@@ -11,8 +11,8 @@ import { heldReadTimeoutMs, resultReadPath } from '../../../web/src/shopper/paci
 import { MAX_RESULT_WAIT_SECONDS } from '../../../workers/kernel/contract.ts';
 import { type Answer, httpClient } from '../load/http-client.ts';
 import { type Percentiles, percentiles, round } from '../load/metrics.ts';
+import type { BenchContext, CheckedGoods } from './context.ts';
 import { bundleModules, classOfFile } from './objects.ts';
-import type { BenchContext, CheckedGoods } from './phases.ts';
 import { type HeapNode, heapBytes } from './profile.ts';
 import { pool } from './room.ts';
 

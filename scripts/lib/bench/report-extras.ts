@@ -5,10 +5,11 @@ import { RESULT_WAIT_SECONDS } from '../../../web/src/shopper/pacing.ts';
 import type { ObjectCallCounts } from '../../../workers/kernel/object-calls.ts';
 import { fmt, table } from '../load/metrics.ts';
 import type { ClassicRun } from './classic/index.ts';
+import type { AllowlistJoins, GoodsPagePhase, JourneyRoutes } from './crowd-phases.ts';
 import type { HeldReadsPhase } from './held-reads.ts';
 import { MODEL_SHARDS, objectsPerGoods, TARGET_PURCHASES_PER_SEC } from './model.ts';
 import { purchasesPerStockCall } from './objects.ts';
-import type { AllowlistJoins, DelayPhase, GoodsPagePhase, JourneyRoutes, ModelPhase, ShardPhase } from './phases.ts';
+import type { DelayPhase, ModelPhase, ShardPhase } from './phases.ts';
 import type { QueuePhase } from './room.ts';
 
 type Extras = {
