@@ -15,6 +15,11 @@ import type { WaitUntil } from './group-commit';
 // object checks the allowlist again where the unit is taken, and Postgres' unique index is the
 // activity rule's final guard.
 
+/** The standing of a shopper of whom only the list is in question (no units held, no order elsewhere). */
+function listedOnly(listed: boolean): Standing {
+  return { listed, held: 0, elsewhere: false };
+}
+
 /** Whether a goods has a rule only Postgres can check before the purchase (open, per-goods sales have none). */
 export function hasEdgeRules(goods: Pick<GoodsRow, 'eligibility' | 'limitScope'>): boolean {
   return goods.eligibility === 'allowlist' || goods.limitScope === 'activity';
@@ -23,7 +28,7 @@ export function hasEdgeRules(goods: Pick<GoodsRow, 'eligibility' | 'limitScope'>
 /** The shopper's standing for a goods (read only when it has edge rules; otherwise what an open sale implies). */
 export async function standingOf(config: Config, goods: GoodsRow, userId: string): Promise<Standing> {
   if (!hasEdgeRules(goods)) {
-    return { listed: true, held: 0, elsewhere: false };
+    return listedOnly(true);
   }
   return shopperStanding(httpDb(dbOptions(config)), goods, userId);
 }
@@ -47,7 +52,7 @@ export function standingBeforeSale(
     return undefined;
   }
   const listed = goods.eligibility === 'allowlist' ? listedAtEdge(config, goods, userId, waitUntil, now) : true;
-  return listed === undefined ? undefined : { listed, held: 0, elsewhere: false };
+  return listed === undefined ? undefined : listedOnly(listed);
 }
 
 /** 403 NOT_ELIGIBLE for a shopper not on an allowlist goods' list; 409 LIMIT_REACHED for a live order elsewhere in an activity-scoped sale. */
@@ -70,5 +75,5 @@ export async function requireEligible(config: Config, goods: GoodsRow, userId: s
     return;
   }
   const listed = goods.limitScope === 'activity' ? undefined : listedAtEdge(config, goods, userId, waitUntil);
-  refuseIneligible(goods, listed === undefined ? await standingOf(config, goods, userId) : { listed, held: 0, elsewhere: false });
+  refuseIneligible(goods, listed === undefined ? await standingOf(config, goods, userId) : listedOnly(listed));
 }

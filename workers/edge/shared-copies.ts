@@ -35,42 +35,39 @@ export async function sharedKey(databaseUrl: string, name: string): Promise<stri
 }
 
 /** The copy under `key`, of any age (the caller judges it); none when there is none or the cache fails. */
-export async function readShared<T>(key: string): Promise<SharedCopy<T> | undefined> {
-  try {
-    const hit = await caches.default.match(key);
-    return hit ? ((await hit.json()) as SharedCopy<T>) : undefined;
-  } catch (error) {
-    log.warn('shared_copy.read_failed', { copy: nameOf(key), error });
-    return undefined;
-  }
+export function readShared<T>(key: string): Promise<SharedCopy<T> | undefined> {
+  return read(key, (hit) => hit.json<SharedCopy<T>>());
 }
 
 /** Leaves `copy` under `key` for the data center's isolates, kept at most `keepSeconds`. */
-export async function writeShared<T>(key: string, copy: SharedCopy<T>, keepSeconds: number): Promise<void> {
-  try {
-    const headers = { 'content-type': 'application/json', 'cache-control': `max-age=${keepSeconds}` };
-    await caches.default.put(key, new Response(JSON.stringify(copy), { headers }));
-  } catch (error) {
-    log.warn('shared_copy.write_failed', { copy: nameOf(key), error });
-  }
+export function writeShared<T>(key: string, copy: SharedCopy<T>, keepSeconds: number): Promise<void> {
+  return write(key, JSON.stringify(copy), 'application/json', keepSeconds);
 }
 
 /** The bytes under `key` (a copy whose version is in its key, so never judged by age); none when there are none. */
-export async function readSharedBytes(key: string): Promise<ArrayBuffer | undefined> {
+export function readSharedBytes(key: string): Promise<ArrayBuffer | undefined> {
+  return read(key, (hit) => hit.arrayBuffer());
+}
+
+/** Leaves `bytes` under `key` for the data center's isolates, kept at most `keepSeconds`. */
+export function writeSharedBytes(key: string, bytes: Uint8Array, keepSeconds: number): Promise<void> {
+  return write(key, bytes, 'application/octet-stream', keepSeconds);
+}
+
+async function read<T>(key: string, body: (hit: Response) => Promise<T>): Promise<T | undefined> {
   try {
     const hit = await caches.default.match(key);
-    return hit ? await hit.arrayBuffer() : undefined;
+    return hit ? await body(hit) : undefined;
   } catch (error) {
     log.warn('shared_copy.read_failed', { copy: nameOf(key), error });
     return undefined;
   }
 }
 
-/** Leaves `bytes` under `key` for the data center's isolates, kept at most `keepSeconds`. */
-export async function writeSharedBytes(key: string, bytes: Uint8Array, keepSeconds: number): Promise<void> {
+async function write(key: string, body: string | Uint8Array, contentType: string, keepSeconds: number): Promise<void> {
   try {
-    const headers = { 'content-type': 'application/octet-stream', 'cache-control': `max-age=${keepSeconds}` };
-    await caches.default.put(key, new Response(bytes, { headers }));
+    const headers = { 'content-type': contentType, 'cache-control': `max-age=${keepSeconds}` };
+    await caches.default.put(key, new Response(body, { headers }));
   } catch (error) {
     log.warn('shared_copy.write_failed', { copy: nameOf(key), error });
   }
