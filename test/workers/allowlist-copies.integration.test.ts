@@ -10,10 +10,9 @@
 // "Not from Postgres" is shown by changing seckill_allowlist behind the version's back (plain SQL,
 // no version moved): a copy answers what the list held when it was loaded, a statement what it
 // holds now.
-import { createExecutionContext, waitOnExecutionContext } from 'cloudflare:test';
-import { env } from 'cloudflare:workers';
+import { createExecutionContext } from 'cloudflare:test';
 import { eq, sql as raw } from 'drizzle-orm';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { seckillGoods } from '../../db/schema';
 import { allowlistCopyName, fingerprintsOf, forgetAllowlists, keepCopy, listedAtEdge, loadCopy } from '../../workers/edge/allowlist-copies';
 import { requireEligible } from '../../workers/edge/eligibility';
@@ -21,38 +20,16 @@ import { getGoods, invalidateGoods } from '../../workers/edge/goods-cache';
 import { dropShared, readSharedBytes, sharedKey, writeSharedBytes } from '../../workers/edge/shared-copies';
 import worker from '../../workers/index';
 import { getConfig } from '../../workers/kernel/config';
-import { ADMIN, bearer, devToken, json, setLimits, sql } from './helpers';
+import { ADMIN, bearer, callAndWait, devToken, json, looseLimitsForFile, ownEnv, sql } from './helpers';
 import { answerOf, createRulesGoods } from './rules-helpers';
 
-/** The same database under a URL of this file's own: its copies are under keys no other file reads. */
-const own = {
-  ...env,
-  DATABASE_URL: `${env.DATABASE_URL}${env.DATABASE_URL.includes('?') ? '&' : '?'}application_name=allowlist-copies`,
-} as Env;
+const own = ownEnv('allowlist-copies');
 const config = getConfig(own);
 
-beforeAll(async () => {
-  await setLimits({ perIpPerSecond: 1000, perUserPerSecond: 1000, banThreshold: 100_000 });
-});
-afterAll(async () => {
-  await setLimits({ perIpPerSecond: 10, perUserPerSecond: 3, banThreshold: 100 });
-});
+looseLimitsForFile();
 beforeEach(() => {
   forgetAllowlists();
 });
-
-/** Calls the Worker with this file's env, and waits for what the request left running (a copy's load). */
-async function callOwn(path: string, init: { method?: string; headers?: Record<string, string>; json?: unknown } = {}) {
-  const ctx = createExecutionContext();
-  const headers = new Headers(init.headers);
-  if (init.json !== undefined) {
-    headers.set('content-type', 'application/json');
-  }
-  const body = init.json === undefined ? undefined : JSON.stringify(init.json);
-  const res = await worker.fetch(new Request(`https://seckill.test${path}`, { method: init.method ?? 'GET', headers, body }), own, ctx);
-  await waitOnExecutionContext(ctx);
-  return res;
-}
 
 /** The goods as the edge reads it (its id, creation and allowlist version), as Postgres has it now. */
 async function goodsAt(goodsId: number) {
@@ -83,22 +60,24 @@ async function behindTheBack(goodsId: number, change: { add?: string[]; remove?:
 }
 
 function changeList(goodsId: number, change: { add?: string[]; remove?: string[] }) {
-  return callOwn(`/admin/goods/${goodsId}/allowlist`, { method: 'PUT', headers: ADMIN, json: change });
+  return callAndWait(own, `/admin/goods/${goodsId}/allowlist`, { method: 'PUT', headers: ADMIN, json: change });
 }
 
 async function join(userId: string, goodsId: number) {
-  return answerOf(await callOwn(`/api/seckill/goods/${goodsId}/queue`, { method: 'POST', headers: bearer(await devToken(userId)) }));
+  return answerOf(
+    await callAndWait(own, `/api/seckill/goods/${goodsId}/queue`, { method: 'POST', headers: bearer(await devToken(userId)) }),
+  );
 }
 
 async function token(userId: string, goodsId: number) {
   const jwt = await devToken(userId);
   const ch = await json<{ challengeId: string; prompt: string }>(
-    await callOwn(`/api/seckill/goods/${goodsId}/challenge`, { method: 'POST', headers: bearer(jwt) }),
+    await callAndWait(own, `/api/seckill/goods/${goodsId}/challenge`, { method: 'POST', headers: bearer(jwt) }),
   );
   const [a, b] = ch.prompt.match(/\d+/g)?.map(Number) ?? [];
   const answer = String((a ?? 0) + (b ?? 0));
   return answerOf(
-    await callOwn(`/api/seckill/goods/${goodsId}/token`, {
+    await callAndWait(own, `/api/seckill/goods/${goodsId}/token`, {
       method: 'POST',
       headers: bearer(jwt),
       json: { challengeId: ch.challengeId, answer },
@@ -216,7 +195,7 @@ describe("an allowlist goods' list kept at the edge", () => {
     const { goodsId } = await createRulesGoods({ stock: 5, eligibility: 'allowlist', perUserLimit: 2, startAt: Date.now() + 600_000 });
     expect((await changeList(goodsId, { add: ['kp-in'] })).status).toBe(200);
     const page = async (userId: string) =>
-      json(await callOwn(`/api/seckill/goods/${goodsId}/eligibility`, { headers: bearer(await devToken(userId)) }));
+      json(await callAndWait(own, `/api/seckill/goods/${goodsId}/eligibility`, { headers: bearer(await devToken(userId)) }));
 
     // The first view finds no copy and asks Postgres; its request leaves the copy loaded.
     expect(await page('kp-in')).toEqual({ eligible: true, perUserLimit: 2, held: 0 });
@@ -264,14 +243,18 @@ describe("an allowlist goods' list kept at the edge", () => {
     expect(await joinAway('kd-in')).toMatchObject({ status: 503, code: 'UNAVAILABLE' });
   });
 
-  it('an activity-scoped allowlist goods asks Postgres, which also knows the live orders', async () => {
+  it("an activity-scoped allowlist goods loads both copies, the list's and the activity's holders, and then answers from them", async () => {
     const { goodsId } = await createRulesGoods({ stock: 5, eligibility: 'allowlist', limitScope: 'activity', activityId: 912_345 });
     expect((await changeList(goodsId, { add: ['kc-act'] })).status).toBe(200);
     const goods = await getGoods(config, goodsId);
     expect(goods).toMatchObject({ eligibility: 'allowlist', limitScope: 'activity' });
     const loads: Promise<unknown>[] = [];
     await requireEligible(config, goods, 'kc-act', (p) => loads.push(p));
+    expect(loads).toHaveLength(2);
+    await Promise.all(loads);
+    await behindTheBack(goodsId, { remove: ['kc-act'], add: ['kc-act-out'] });
+    await requireEligible(config, goods, 'kc-act', (p) => loads.push(p));
     await expect(requireEligible(config, goods, 'kc-act-out', (p) => loads.push(p))).rejects.toMatchObject({ code: 'NOT_ELIGIBLE' });
-    expect(loads).toHaveLength(0);
+    expect(loads).toHaveLength(2);
   });
 });

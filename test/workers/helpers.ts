@@ -1,8 +1,8 @@
-import { createExecutionContext, createMessageBatch, getQueueResult, runInDurableObject } from 'cloudflare:test';
+import { createExecutionContext, createMessageBatch, getQueueResult, runInDurableObject, waitOnExecutionContext } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { Redis } from '@upstash/redis/cloudflare';
 import { sql as drizzleSql } from 'drizzle-orm';
-import { expect, vi } from 'vitest';
+import { afterAll, beforeAll, expect, vi } from 'vitest';
 import type { Db } from '../../db/client';
 import { withDb } from '../../db/client';
 import type { GoodsStock } from '../../durable-objects/goods-stock/index';
@@ -15,6 +15,28 @@ import { consumeTimeouts } from '../../workers/queue/timeouts';
 
 export const ADMIN = { authorization: `Bearer ${env.ADMIN_TOKEN}` };
 const BASE = 'https://seckill.test';
+
+/** The test env with the same database under a URL of `name`'s own: the edge's copies of it are under keys no other file reads. */
+export function ownEnv(name: string): Env {
+  return { ...env, DATABASE_URL: `${env.DATABASE_URL}${env.DATABASE_URL.includes('?') ? '&' : '?'}application_name=${name}` } as Env;
+}
+
+/** Calls the Worker with `workerEnv`, and waits for what the request left running (a copy's load). */
+export async function callAndWait(
+  workerEnv: Env,
+  path: string,
+  init: { method?: string; headers?: Record<string, string>; json?: unknown } = {},
+) {
+  const ctx = createExecutionContext();
+  const headers = new Headers(init.headers);
+  if (init.json !== undefined) {
+    headers.set('content-type', 'application/json');
+  }
+  const body = init.json === undefined ? undefined : JSON.stringify(init.json);
+  const res = await worker.fetch(new Request(`${BASE}${path}`, { method: init.method ?? 'GET', headers, body }), workerEnv, ctx);
+  await waitOnExecutionContext(ctx);
+  return res;
+}
 
 /** Calls the Worker under test (its default export's fetch, inside workerd), with the test env or `init.env`. */
 export async function call(path: string, init: RequestInit & { json?: unknown; env?: Env } = {}): Promise<Response> {
@@ -82,17 +104,22 @@ export function bearer(token: string): Record<string, string> {
 
 /** Solves the built-in challenge ("a + b = ?") and exchanges it for a purchase token and path. */
 export async function purchaseToken(jwt: string, goodsId: number): Promise<{ token: string; path: string }> {
-  const ch = await json<{ challengeId: string; prompt: string }>(
-    await call(`/api/seckill/goods/${goodsId}/challenge`, { method: 'POST', headers: bearer(jwt) }),
-  );
-  const [a, b] = ch.prompt.match(/\d+/g)?.map(Number) ?? [];
-  const res = await call(`/api/seckill/goods/${goodsId}/token`, {
-    method: 'POST',
-    headers: bearer(jwt),
-    json: { challengeId: ch.challengeId, answer: String((a ?? 0) + (b ?? 0)) },
-  });
+  const res = await tokenResponse(jwt, goodsId);
   expect(res.status).toBe(200);
   return json(res);
+}
+
+/** The token route's answer to a shopper who solved the goods' built-in challenge, sending `headers` (e.g. cf-connecting-ip) on both steps. */
+export async function tokenResponse(jwt: string, goodsId: number, headers: Record<string, string> = {}): Promise<Response> {
+  const chRes = await call(`/api/seckill/goods/${goodsId}/challenge`, { method: 'POST', headers: { ...headers, ...bearer(jwt) } });
+  expect(chRes.status).toBe(200);
+  const ch = await json<{ challengeId: string; prompt: string }>(chRes);
+  const [a, b] = ch.prompt.match(/\d+/g)?.map(Number) ?? [];
+  return call(`/api/seckill/goods/${goodsId}/token`, {
+    method: 'POST',
+    headers: { ...headers, ...bearer(jwt) },
+    json: { challengeId: ch.challengeId, answer: String((a ?? 0) + (b ?? 0)) },
+  });
 }
 
 /** A shopper's whole way to a purchase attempt: token, then the hidden path. */
@@ -267,6 +294,16 @@ export async function restoreLimits(): Promise<void> {
   await setLimits(defaults);
 }
 
+/** Limits loose enough for a file's many requests of a few shoppers, for the whole file; the defaults after it. */
+export function looseLimitsForFile(): void {
+  beforeAll(async () => {
+    await setLimits({ perIpPerSecond: 1000, perUserPerSecond: 1000, banThreshold: 100_000 });
+  });
+  afterAll(async () => {
+    await setLimits({ perIpPerSecond: 10, perUserPerSecond: 3, banThreshold: 100 });
+  });
+}
+
 /** A goods' stock object, addressed as the Worker does (a test goods has no location hint). */
 export function stockObject(goodsId: number) {
   return goodsStock(env, { id: goodsId, locationHint: null });
@@ -287,15 +324,7 @@ export async function tokenFor(
   goodsId: number,
   headers: Record<string, string> = {},
 ): Promise<{ token: string; path: string }> {
-  const chRes = await call(`/api/seckill/goods/${goodsId}/challenge`, { method: 'POST', headers: { ...headers, ...bearer(jwt) } });
-  expect(chRes.status).toBe(200);
-  const ch = await json<{ challengeId: string; prompt: string }>(chRes);
-  const [a, b] = ch.prompt.match(/\d+/g)?.map(Number) ?? [];
-  const res = await call(`/api/seckill/goods/${goodsId}/token`, {
-    method: 'POST',
-    headers: { ...headers, ...bearer(jwt) },
-    json: { challengeId: ch.challengeId, answer: String((a ?? 0) + (b ?? 0)) },
-  });
+  const res = await tokenResponse(jwt, goodsId, headers);
   expect(res.status).toBe(200);
   return json(res);
 }

@@ -70,15 +70,20 @@ export function fingerprintsOf(ids: readonly string[]): Float64Array {
   return out.sort();
 }
 
-/** Whether sorted `fingerprints` hold `value` (binary search). */
+/** Whether sorted `fingerprints` hold `value`. */
 export function holds(fingerprints: Float64Array, value: number): boolean {
+  return fingerprintIndex(fingerprints, value) >= 0;
+}
+
+/** The index of `value` in sorted `fingerprints` (binary search), or -1. */
+export function fingerprintIndex(fingerprints: Float64Array, value: number): number {
   let lo = 0,
     hi = fingerprints.length - 1;
   while (lo <= hi) {
     const mid = (lo + hi) >>> 1;
     const at = fingerprints[mid] as number;
     if (at === value) {
-      return true;
+      return mid;
     }
     if (at < value) {
       lo = mid + 1;
@@ -86,7 +91,7 @@ export function holds(fingerprints: Float64Array, value: number): boolean {
       hi = mid - 1;
     }
   }
-  return false;
+  return -1;
 }
 
 /**

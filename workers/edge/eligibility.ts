@@ -3,17 +3,19 @@ import { dbOptions, httpDb } from '../../db/client';
 import type { GoodsRow } from '../../db/goods';
 import type { Config } from '../kernel/config';
 import { AppError } from '../kernel/errors';
+import { type Holding, holdingAtEdge } from './activity-holders';
 import { listedAtEdge } from './allowlist-copies';
 import type { WaitUntil } from './group-commit';
 
 // The sale rules the edge checks before the goods' object does: the allowlist and the activity's
 // one live order, not asked of the goods' object, so the token route and the waiting room's join
-// do not funnel every shopper into the one object the sale itself runs on. The allowlist is read
-// from the isolate's copy of the list (allowlist-copies.ts) once it has one, so a crowd's joins
-// and ticket requests do not each ask Postgres either; the activity rule, and the allowlist until
-// the copy is there, ask Postgres over SQL over HTTP (one indexed statement, no session). The
-// object checks the allowlist again where the unit is taken, and Postgres' unique index is the
-// activity rule's final guard.
+// do not funnel every shopper into the one object the sale itself runs on. Nor, once the isolate
+// has them, Postgres: the allowlist is read from the isolate's copy of the list
+// (allowlist-copies.ts), the activity's live orders from its copy of who holds one
+// (activity-holders.ts), so a crowd's joins, ticket requests and page loads do not each ask it.
+// Until the copies are there the shopper's statement answers (one indexed statement over SQL over
+// HTTP, no session). The object checks the allowlist again where the unit is taken, and
+// Postgres' unique index is the activity rule's final guard.
 
 /** The standing of a shopper of whom only the list is in question (no units held, no order elsewhere). */
 function listedOnly(listed: boolean): Standing {
@@ -33,26 +35,47 @@ export async function standingOf(config: Config, goods: GoodsRow, userId: string
   return shopperStanding(httpDb(dbOptions(config)), goods, userId);
 }
 
+/** What the edge's copies say of a shopper: on the list, and their live order in the goods' activity (`activity` scope). */
+type CopiesSay = { listed: boolean; holding: Holding | null };
+
 /**
- * A shopper's standing before a goods' sale starts, without Postgres where it can be had: nobody
- * holds a unit of a goods whose sale has not started and whose stock is whole (its object refuses
- * a purchase before the start), so only the allowlist is in question, and the isolate's copy of
- * it answers (an open goods: nothing is). Undefined after the start, for stock not whole (a unit
- * held, however that came about), for the activity rule (other goods' orders) and while the
- * isolate has no copy: the caller asks Postgres.
+ * The isolate's copies' answer for the goods' rules: the allowlist's (allowlist-copies.ts) and
+ * the activity's holders (activity-holders.ts); undefined when either the goods needs has none
+ * that may answer yet. Both are asked, so each starts its load or renewal as needed.
  */
-export function standingBeforeSale(
+function copiesSay(config: Config, goods: GoodsRow, userId: string, waitUntil: WaitUntil | undefined, now: number): CopiesSay | undefined {
+  const listed = goods.eligibility === 'allowlist' ? listedAtEdge(config, goods, userId, waitUntil, now) : true;
+  const holding = goods.limitScope === 'activity' ? holdingAtEdge(config, goods.activityId, userId, waitUntil, now) : null;
+  return listed === undefined || holding === undefined ? undefined : { listed, holding };
+}
+
+/**
+ * A shopper's standing, without Postgres where the isolate's copies can give it: an `activity`
+ * goods' holders copy knows the units the shopper holds (their one live order of the activity);
+ * of a per-goods sale no copy does, but nobody holds a unit of a goods whose sale has not
+ * started and whose stock is whole (its object refuses a purchase before the start). Undefined
+ * otherwise (a per-goods sale under way, a copy missing): the caller asks Postgres.
+ */
+export function standingAtEdge(
   config: Config,
   goods: GoodsRow,
   userId: string,
   waitUntil: WaitUntil | undefined,
   now = Date.now(),
 ): Standing | undefined {
-  if (goods.limitScope === 'activity' || now >= goods.startAt.getTime() || goods.stock !== goods.totalStock) {
+  const say = copiesSay(config, goods, userId, waitUntil, now);
+  if (!say) {
     return undefined;
   }
-  const listed = goods.eligibility === 'allowlist' ? listedAtEdge(config, goods, userId, waitUntil, now) : true;
-  return listed === undefined ? undefined : listedOnly(listed);
+  if (goods.limitScope === 'activity') {
+    const { holding } = say;
+    return {
+      listed: say.listed,
+      held: holding?.goodsId === goods.id ? holding.quantity : 0,
+      elsewhere: holding !== null && holding.goodsId !== goods.id,
+    };
+  }
+  return now < goods.startAt.getTime() && goods.stock === goods.totalStock ? listedOnly(say.listed) : undefined;
 }
 
 /** 403 NOT_ELIGIBLE for a shopper not on an allowlist goods' list; 409 LIMIT_REACHED for a live order elsewhere in an activity-scoped sale. */
@@ -66,14 +89,19 @@ export function refuseIneligible(goods: GoodsRow, standing: Standing): void {
 }
 
 /**
- * The checks above in one call, for the token route and the waiting room's join: an allowlist
- * goods of per-goods limits answers from the isolate's copy of its list when it has one
- * (`waitUntil` lets a missing copy load in the background), anything else asks Postgres.
+ * The checks above in one call, for the token route and the waiting room's join: from the
+ * isolate's copies when they have them (`waitUntil` lets a missing or old one load in the
+ * background), else from Postgres.
  */
 export async function requireEligible(config: Config, goods: GoodsRow, userId: string, waitUntil: WaitUntil | undefined): Promise<void> {
   if (!hasEdgeRules(goods)) {
     return;
   }
-  const listed = goods.limitScope === 'activity' ? undefined : listedAtEdge(config, goods, userId, waitUntil);
-  refuseIneligible(goods, listed === undefined ? await standingOf(config, goods, userId) : listedOnly(listed));
+  const say = copiesSay(config, goods, userId, waitUntil, Date.now());
+  refuseIneligible(
+    goods,
+    say
+      ? { listed: say.listed, held: 0, elsewhere: say.holding !== null && say.holding.goodsId !== goods.id }
+      : await standingOf(config, goods, userId),
+  );
 }

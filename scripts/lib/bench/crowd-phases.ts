@@ -27,7 +27,7 @@ export async function goodsPagePhase(c: BenchContext, shards: number): Promise<G
 
 /** Joins of one allowlist goods by its invited shoppers: what the join's eligibility check costs Postgres. */
 export type AllowlistJoins = PhaseResult & {
-  /** `goods`: the list answered from the isolate's copy; `activity`: its rule asks Postgres each shopper. */
+  /** `goods`: the list answered from the isolate's copy; `activity`: from it and the copy of the activity's holders. */
   limitScope: 'goods' | 'activity';
   invited: number;
   /** SQL-over-HTTP requests a join, at the local bridge (every one the Worker sent, the goods list's renewals among them). */
@@ -39,9 +39,10 @@ const INVITED = 20_000;
 
 /**
  * The waiting room's join (`POST .../queue`, the room off) of an allowlist goods by its invited
- * shoppers, twice on the same machine: an `activity`-scoped goods, whose rule asks Postgres for
- * each shopper as every allowlist join did, and a `goods`-scoped one, answered from the isolate's
- * copy of the list; the Postgres requests a join counted at the SQL bridge.
+ * shoppers, twice on the same machine: an `activity`-scoped goods, whose rule the isolate's copy
+ * of the activity's holders answers beside its copy of the list (each renewed in the background,
+ * the holders' every second), and a `goods`-scoped one, answered from the list's copy alone; the
+ * Postgres requests a join counted at the SQL bridge (one a shopper where the rules' statement answers).
  */
 export async function allowlistJoinPhases(c: BenchContext): Promise<AllowlistJoins[]> {
   const durationS = Math.min(c.o.durationS, 5);

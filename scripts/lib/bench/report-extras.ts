@@ -138,7 +138,7 @@ export function formatExtras(r: Extras): string[] {
       fmt(j.p90Ms),
       fmt(j.p99Ms),
       `${fmt(j.sqlPerJoin, 4)} Postgres requests a join, ${fmt(j.invited)} invited (` +
-        `${j.limitScope === 'goods' ? "the list from the isolate's copy" : 'the activity rule asks Postgres each shopper, as every allowlist join did'})`,
+        `${j.limitScope === 'goods' ? "the list from the isolate's copy" : "the list and the activity's holders from the isolate's copies"})`,
     ]);
   }
   for (const route of r.journeyRoutes?.routes ?? []) {

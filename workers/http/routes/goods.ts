@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { shopperStanding } from '../../../db/allowlist';
 import { dbOptions, httpDb } from '../../../db/client';
-import { standingBeforeSale } from '../../edge/eligibility';
+import { standingAtEdge } from '../../edge/eligibility';
 import { currentGoods } from '../../edge/goods-cache';
 import { goodsView } from '../../edge/goods-view';
 import { noteStock } from '../../edge/sold-out';
@@ -30,14 +30,15 @@ export const goods = new Hono<AppEnv>()
   })
 
   // What the page tells a shopper before the sale: may they buy, how many, how many they hold
-  // (live orders in Postgres; a purchase still on its way there is not counted yet). Before the
-  // start, the crowd's page loads are answered at the edge where nobody can hold a unit yet.
+  // (live orders in Postgres; a purchase still on its way there is not counted yet). The crowd's
+  // page loads are answered from the isolate's copies where they tell it all: an activity-scoped
+  // goods at any time, a per-goods sale before its start (nobody can hold a unit yet).
   .get('/goods/:goodsId/eligibility', shopperAuth, goodsInPath, loadGoods, async (c) => {
     const goods = c.get('goods'),
       userId = c.get('userId'),
       config = c.get('config');
     const standing =
-      standingBeforeSale(config, goods, userId, waitUntilOf(c)) ?? (await shopperStanding(httpDb(dbOptions(config)), goods, userId));
+      standingAtEdge(config, goods, userId, waitUntilOf(c)) ?? (await shopperStanding(httpDb(dbOptions(config)), goods, userId));
     const listed = goods.eligibility !== 'allowlist' || standing.listed;
     const elsewhere = goods.limitScope === 'activity' && standing.elsewhere;
     return c.json({ eligible: listed && !elsewhere, perUserLimit: goods.perUserLimit, held: standing.held });

@@ -2,6 +2,7 @@ import { Hono } from 'hono';
 import { dbOptions, httpDb, withDbFor } from '../../../db/client';
 import { closePendingOrder, findOrder, type OrderRow } from '../../../db/lifecycle';
 import { createPayment, markPaymentFailed } from '../../../db/payments';
+import { forgetActivity } from '../../edge/activity-holders';
 import { placementOf } from '../../edge/placements';
 import { releaseOrRepair } from '../../edge/release';
 import { enqueueDeliveries } from '../../edge/webhooks';
@@ -135,6 +136,10 @@ export const orders = new Hono<AppEnv>()
     c.executionCtx.waitUntil(enqueueDeliveries(c.env, result.webhookIds));
     // Postgres has the unit back already; the goods' object gets it now, or from the queue later.
     await releaseOrRepair(c.env, await placementOf(http, order.goodsId), result.order);
+    if (result.order.limitScope === 'activity') {
+      // The shopper may buy in the activity again at once, here and in this data center; elsewhere within the copies' renewal.
+      await forgetActivity(config, result.order.activityId);
+    }
     return c.json(orderView(result.order));
   });
 

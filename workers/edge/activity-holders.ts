@@ -1,0 +1,301 @@
+import { type HolderChange, readActivityHolders } from '../../db/activity-holders';
+import { dbOptions, httpDb } from '../../db/client';
+import type { Config } from '../kernel/config';
+import { log } from '../kernel/log';
+import { fingerprint, fingerprintIndex } from './allowlist-copies';
+import type { WaitUntil } from './group-commit';
+import { dropShared, readSharedBytes, sharedKey, writeSharedBytes } from './shared-copies';
+
+// An `activity`-scoped sale's rule at the edge (one live order per shopper across the activity's
+// goods), so the crowd's joins, ticket requests and page loads do not each ask Postgres whether
+// the shopper holds an order of another goods. An isolate keeps, per activity, who holds a live
+// order: sorted 53-bit fingerprints of the user ids (as allowlist-copies.ts) and beside each the
+// goods and units of that order. A copy answers while its read is under ANSWER_MS old; from
+// RENEW_MS one request renews it in the background: from the data center's copy when another
+// isolate has read Postgres within RENEW_MS, else by reading the orders that changed since its
+// own read (an index on the activity and the change time; the whole list again every WHOLE_MS)
+// and leaving the result as the data center's copy. Postgres then hears about one read a second
+// per data center and activity, of the orders that changed, not one statement a shopper.
+//
+// A copy is a second or two behind Postgres, which is itself behind the orders' queue: a shopper
+// it does not know of yet is let through as one the statement did not know of would be, and the
+// objects and Postgres' unique index settle it (one order, the other refused). Where the copy is
+// missing, too old (its renewals failing) or over MAX_HOLDERS, the shopper's statement answers.
+
+/** From this age a request renews its isolate's copy, in the background. */
+const RENEW_MS = 1_000;
+/** Up to this age a copy answers; older (Postgres away), the shoppers' statements answer. */
+const ANSWER_MS = 5_000;
+/** A renewal reads the changes stamped since its base's read less this: writes committed after that read but stamped before it. */
+const OVERLAP_MS = 2_000;
+/** A renewal reads the whole list when its base is older than this (the changes since would be most of it). */
+const BASE_MS = 10_000;
+/** And at least this often, whatever the changes it may have missed (a change stamped by a clock far behind). */
+const WHOLE_MS = 60_000;
+/** Above this many holders an activity's shoppers ask Postgres each (the copy would be 16 MB in every isolate); looked at again after WHOLE_MS. */
+const MAX_HOLDERS = 1_000_000;
+/** Holders an isolate keeps over all its activities; the copies renewed longest ago go first. */
+const MAX_KEPT_HOLDERS = 2_000_000;
+/** The data center keeps a copy this long (past BASE_MS no renewal builds on it). */
+const SHARED_KEEP_SECONDS = 15;
+/** How long a renewing isolate's mark holds the data center's others back. */
+const RENEWING_MARK_SECONDS = 5;
+/** The body of a renewing mark (only its presence is read). */
+const RENEWING = new Uint8Array([1]);
+/** Units are below this (a goods' `perUserLimit` is at most 100): a holding is goods × UNITS + units. */
+const UNITS = 128;
+
+/** A copy of an activity's holders. */
+type Holders = {
+  /** Postgres' clock at the read the copy is as of. */
+  asOf: number;
+  /** Postgres' clock at the last whole read it builds on. */
+  wholeAt: number;
+  /** The reading isolate's clock at that read: the copy's age. */
+  at: number;
+  /** Sorted fingerprints of the holders, and at the same index their holding; null: too many to keep. */
+  fingerprints: Float64Array | null;
+  holdings: Float64Array | null;
+};
+
+/** What an isolate keeps of an activity: its copy, when a request last went to renew it, and the read time a copy must be after (an order cancelled here). */
+type Kept = { copy: Holders | undefined; renewingSince: number; notBefore: number };
+/** Per database and activity, in the order their copies were last renewed. */
+const kept = new Map<string, Kept>();
+
+/** A shopper's live order in an activity, as a copy has it. */
+export type Holding = { goodsId: number; quantity: number };
+
+/**
+ * The shopper's live order in the activity, from this isolate's copy: null for none, undefined
+ * when the isolate has no copy that may answer (the caller asks Postgres). A copy from RENEW_MS
+ * old, or none, starts its renewal here, in the background (`waitUntil`), one per isolate and
+ * activity at a time: no shopper waits on it.
+ */
+export function holdingAtEdge(
+  config: Config,
+  activityId: number,
+  userId: string,
+  waitUntil: WaitUntil | undefined,
+  now = Date.now(),
+): Holding | null | undefined {
+  const key = `${config.databaseUrl}|${activityId}`;
+  let mine = kept.get(key);
+  if (!mine) {
+    mine = { copy: undefined, renewingSince: 0, notBefore: 0 };
+    kept.set(key, mine);
+  }
+  const copy = mine.copy;
+  // A copy too large to keep is looked at again only every WHOLE_MS: each look reads the whole list.
+  const renewAfter = copy && !copy.fingerprints ? WHOLE_MS : RENEW_MS;
+  if (waitUntil && (!copy || now - copy.at >= renewAfter) && now - mine.renewingSince >= RENEW_MS) {
+    mine.renewingSince = now;
+    waitUntil(
+      // Failed or done, the next may start a RENEW_MS after this one's start; the shoppers' statements answer meanwhile.
+      renew(config, activityId, key).catch((error: unknown) => log.warn('activity_holders.renew_failed', { activityId, error })),
+    );
+  }
+  if (!copy?.fingerprints || !copy.holdings || now - copy.at >= ANSWER_MS) {
+    return undefined;
+  }
+  const i = fingerprintIndex(copy.fingerprints, fingerprint(userId));
+  if (i < 0) {
+    return null;
+  }
+  const holding = copy.holdings[i] as number;
+  return { goodsId: Math.floor(holding / UNITS), quantity: holding % UNITS };
+}
+
+/**
+ * Renews the activity's copy: the data center's when it is under RENEW_MS old; else, unless
+ * another isolate of the data center is reading Postgres for it (its mark), Postgres' changes
+ * since the newest copy at hand (or the whole list), which then become the data center's copy.
+ */
+async function renew(config: Config, activityId: number, key: string): Promise<void> {
+  const name = await sharedKey(config.databaseUrl, `activity-holders/${activityId}`);
+  const here = kept.get(key);
+  const mine = here?.copy;
+  // A copy read before an order was cancelled here is no base (the cancel may be older than its overlap reaches).
+  const shared = usable(decode(await readSharedBytes(name)), here?.notBefore ?? 0);
+  const base = shared && (!mine || shared.asOf > mine.asOf) ? shared : mine;
+  if (base && base !== mine && Date.now() - base.at < RENEW_MS) {
+    adopt(key, base);
+    return;
+  }
+  const mark = `${name}/renewing`;
+  if (await readSharedBytes(mark)) {
+    if (base && base !== mine) {
+      adopt(key, base);
+    }
+    return;
+  }
+  await writeSharedBytes(mark, RENEWING, RENEWING_MARK_SECONDS);
+  try {
+    const next = await readFromPostgres(config, activityId, base);
+    if (adopt(key, next)) {
+      await writeSharedBytes(name, encode(next), SHARED_KEEP_SECONDS);
+    }
+  } finally {
+    await dropShared(mark);
+  }
+}
+
+/** The copy after Postgres' changes since `base` (when it is recent and whole-read within WHOLE_MS), else the whole list. */
+async function readFromPostgres(config: Config, activityId: number, base: Holders | undefined): Promise<Holders> {
+  const db = httpDb(dbOptions(config));
+  const at = Date.now();
+  if (base?.fingerprints && base.holdings && at - base.at < BASE_MS && base.asOf - base.wholeAt < WHOLE_MS) {
+    const read = await readActivityHolders(db, activityId, base.asOf - OVERLAP_MS, MAX_HOLDERS);
+    if (read.changes) {
+      const merged = applyChanges(base.fingerprints, base.holdings, read.changes);
+      if (merged.fingerprints.length <= MAX_HOLDERS) {
+        return { asOf: read.asOf, wholeAt: base.wholeAt, at, ...merged };
+      }
+    }
+  }
+  const read = await readActivityHolders(db, activityId, null, MAX_HOLDERS);
+  if (!read.changes) {
+    return { asOf: read.asOf, wholeAt: read.asOf, at, fingerprints: null, holdings: null };
+  }
+  return { asOf: read.asOf, wholeAt: read.asOf, at, ...applyChanges(EMPTY, EMPTY, read.changes) };
+}
+
+const EMPTY = new Float64Array(0);
+
+/**
+ * Sorted holders after `changes` (oldest first): a live order makes its shopper a holder of its
+ * goods; an order no longer live ends its shopper's holding only if it was of that goods (the
+ * shopper may have ordered again since, elsewhere).
+ */
+export function applyChanges(
+  fingerprints: Float64Array,
+  holdings: Float64Array,
+  changes: readonly HolderChange[],
+): { fingerprints: Float64Array; holdings: Float64Array } {
+  // Each changed shopper's holding after the changes (0: none).
+  const changed = new Map<number, number>();
+  for (const c of changes) {
+    const fp = fingerprint(c.userId);
+    if (c.live) {
+      changed.set(fp, c.goodsId * UNITS + c.quantity);
+      continue;
+    }
+    let now = changed.get(fp);
+    if (now === undefined) {
+      const i = fingerprintIndex(fingerprints, fp);
+      now = i < 0 ? 0 : (holdings[i] as number);
+    }
+    if (now !== 0 && Math.floor(now / UNITS) === c.goodsId) {
+      changed.set(fp, 0);
+    }
+  }
+  // One walk over the holders and the changed shoppers, both sorted: a Map lookup per change only.
+  const moved = Float64Array.from(changed.keys()).sort();
+  const outFp = new Float64Array(fingerprints.length + moved.length);
+  const outHolding = new Float64Array(fingerprints.length + moved.length);
+  let i = 0,
+    j = 0,
+    k = 0;
+  while (i < fingerprints.length || j < moved.length) {
+    const held = i < fingerprints.length ? (fingerprints[i] as number) : Number.POSITIVE_INFINITY;
+    const next = j < moved.length ? (moved[j] as number) : Number.POSITIVE_INFINITY;
+    if (held < next) {
+      outFp[k] = held;
+      outHolding[k++] = holdings[i++] as number;
+      continue;
+    }
+    const holding = changed.get(next) as number;
+    if (holding !== 0) {
+      outFp[k] = next;
+      outHolding[k++] = holding;
+    }
+    j++;
+    if (held === next) {
+      i++;
+    }
+  }
+  return { fingerprints: outFp.slice(0, k), holdings: outHolding.slice(0, k) };
+}
+
+/**
+ * Keeps `copy` as the activity's, unless it was read before an order cancelled here (`notBefore`)
+ * or is older than the one kept; then drops the copies renewed longest ago while all of them hold
+ * more than MAX_KEPT_HOLDERS. Whether it was kept.
+ */
+function adopt(key: string, copy: Holders): boolean {
+  const mine = kept.get(key) ?? { copy: undefined, renewingSince: 0, notBefore: 0 };
+  if (!usable(copy, mine.notBefore) || (mine.copy && mine.copy.asOf > copy.asOf)) {
+    return false;
+  }
+  mine.copy = copy;
+  kept.delete(key);
+  kept.set(key, mine);
+  let total = 0;
+  for (const k of kept.values()) {
+    total += k.copy?.fingerprints?.length ?? 0;
+  }
+  for (const [k, v] of kept) {
+    if (total <= MAX_KEPT_HOLDERS || k === key) {
+      break;
+    }
+    kept.delete(k);
+    total -= v.copy?.fingerprints?.length ?? 0;
+  }
+  return true;
+}
+
+/** `copy` unless it was read at or before `notBefore` (an order cancelled in this isolate then). */
+function usable(copy: Holders | undefined, notBefore: number): Holders | undefined {
+  return copy && copy.at > notBefore ? copy : undefined;
+}
+
+/** Header numbers of a copy's bytes: asOf, wholeAt, at, and the holders' count (-1: too many to keep). */
+const HEADER = 4;
+
+/** A copy as the data center keeps it: the header, the fingerprints, then the holdings (8 bytes each). */
+function encode(copy: Holders): Uint8Array {
+  const n = copy.fingerprints?.length ?? 0;
+  const out = new Float64Array(HEADER + 2 * n);
+  out.set([copy.asOf, copy.wholeAt, copy.at, copy.fingerprints ? n : -1]);
+  if (copy.fingerprints && copy.holdings) {
+    out.set(copy.fingerprints, HEADER);
+    out.set(copy.holdings, HEADER + n);
+  }
+  return new Uint8Array(out.buffer);
+}
+
+/** A copy from the data center's bytes (views on them, nothing copied); undefined for none or bytes of another shape. */
+function decode(bytes: ArrayBuffer | undefined): Holders | undefined {
+  if (!bytes || bytes.byteLength % 8 !== 0 || bytes.byteLength < HEADER * 8) {
+    return undefined;
+  }
+  const all = new Float64Array(bytes);
+  const [asOf = 0, wholeAt = 0, at = 0, n = 0] = all;
+  if (n >= 0 && all.length !== HEADER + 2 * n) {
+    return undefined;
+  }
+  const whole = n >= 0;
+  return {
+    asOf,
+    wholeAt,
+    at,
+    fingerprints: whole ? all.subarray(HEADER, HEADER + n) : null,
+    holdings: whole ? all.subarray(HEADER + n) : null,
+  };
+}
+
+/**
+ * Forgets the activity's copy here and in the data center (an order of it cancelled in this
+ * request: its shopper may buy again at once), and keeps out any copy read before now, so the
+ * shopper's next request asks Postgres until a renewal after the cancel.
+ */
+export async function forgetActivity(config: Config, activityId: number): Promise<void> {
+  const key = `${config.databaseUrl}|${activityId}`;
+  kept.set(key, { copy: undefined, renewingSince: 0, notBefore: Date.now() });
+  await dropShared(await sharedKey(config.databaseUrl, `activity-holders/${activityId}`));
+}
+
+/** Forgets this isolate's copies (tests: an isolate that has not read any). */
+export function forgetActivityHolders(): void {
+  kept.clear();
+}
