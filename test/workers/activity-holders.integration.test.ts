@@ -18,7 +18,7 @@ import { getGoods } from '../../workers/edge/goods-cache';
 import { readSharedBytes, sharedKey, writeSharedBytes } from '../../workers/edge/shared-copies';
 import { getConfig } from '../../workers/kernel/config';
 import { randomId } from '../../workers/kernel/crypto';
-import { ADMIN, bearer, callAndWait, devToken, json, looseLimitsForFile, ownEnv, sql } from './helpers';
+import { ADMIN, bearer, callAndWait, devToken, json, looseLimitsForFile, metric, ownEnv, scrape, sql } from './helpers';
 import { answerOf, createRulesGoods, freshActivity } from './rules-helpers';
 
 const own = ownEnv('activity-holders');
@@ -163,6 +163,40 @@ describe("an activity's holders at the edge", () => {
     expect(await page(a, 'ah-held')).toEqual({ eligible: true, perUserLimit: 2, held: 2 });
     expect(await page(b, 'ah-held')).toEqual({ eligible: false, perUserLimit: 2, held: 0 });
     expect(await page(b, 'ah-out')).toEqual({ eligible: false, perUserLimit: 2, held: 0 });
+  });
+
+  it('are counted: the checks by what answered them, the renewals by where they came from', async () => {
+    const { activityId, a, b } = await activityGoods();
+    await order(activityId, a, 'ah-counted');
+    const join = async (userId: string) =>
+      answerOf(await callAndWait(own, `/api/seckill/goods/${b}/queue`, { method: 'POST', headers: bearer(await devToken(userId)) }));
+    const counts = async () => {
+      const m = await scrape();
+      const checks = (answered_by: string) => metric(m, 'seckill_edge_rule_checks_total', { rule: 'activity', answered_by });
+      const renewals = (source: string) => metric(m, 'seckill_edge_copy_renewals_total', { copy: 'activity_holders', source });
+      return {
+        edge: checks('edge'),
+        postgres: checks('postgres'),
+        fromPostgres: renewals('postgres'),
+        fromDataCenter: renewals('data_center'),
+      };
+    };
+    const before = await counts();
+    // The first join asks Postgres and reads the copy; the next three answer from it.
+    expect(await join('ah-counted')).toMatchObject({ status: 409, code: 'LIMIT_REACHED' });
+    for (const userId of ['ah-c1', 'ah-c2', 'ah-counted']) {
+      await join(userId);
+    }
+    // A new isolate takes the data center's copy.
+    forgetActivityHolders();
+    await holding(activityId, 'ah-counted');
+    const after = await counts();
+    expect({
+      edge: after.edge - before.edge,
+      postgres: after.postgres - before.postgres,
+      fromPostgres: after.fromPostgres - before.fromPostgres,
+      fromDataCenter: after.fromDataCenter - before.fromDataCenter,
+    }).toEqual({ edge: 3, postgres: 1, fromPostgres: 1, fromDataCenter: 1 });
   });
 
   it('read Postgres for the whole list, for the changes since a time, and say when there are too many', async () => {

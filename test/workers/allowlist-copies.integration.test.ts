@@ -20,7 +20,7 @@ import { getGoods, invalidateGoods } from '../../workers/edge/goods-cache';
 import { dropShared, readSharedBytes, sharedKey, writeSharedBytes } from '../../workers/edge/shared-copies';
 import worker from '../../workers/index';
 import { getConfig } from '../../workers/kernel/config';
-import { ADMIN, bearer, callAndWait, devToken, json, looseLimitsForFile, ownEnv, sql } from './helpers';
+import { ADMIN, bearer, callAndWait, devToken, json, looseLimitsForFile, metric, ownEnv, scrape, sql } from './helpers';
 import { answerOf, createRulesGoods } from './rules-helpers';
 
 const own = ownEnv('allowlist-copies');
@@ -125,6 +125,12 @@ describe("an allowlist goods' list kept at the edge", () => {
     expect((await changeList(goodsId, { add: ids })).status).toBe(200);
     const row = await goodsAt(goodsId);
     const version = row.allowlistVersion;
+    const renewals = async () => {
+      const m = await scrape();
+      const from = (source: string) => metric(m, 'seckill_edge_copy_renewals_total', { copy: 'allowlist', source });
+      return { postgres: from('postgres'), dataCenter: from('data_center') };
+    };
+    const before = await renewals();
 
     // Pages of 5 over 23 shoppers: every one held, none more.
     const loaded = await loadCopy(config, row, version, 5);
@@ -150,6 +156,12 @@ describe("an allowlist goods' list kept at the edge", () => {
     // So is the same id and version of a goods created at another moment (a database made again
     // under the same URL): the copy is keyed by the goods' creation too.
     expect((await loadCopy(config, { ...row, createdAt: new Date(row.createdAt.getTime() + 1) }, version))?.length).toBe(24);
+    // Counted by where each load came from: three from Postgres, two from the data center's copy.
+    const after = await renewals();
+    expect({ postgres: after.postgres - before.postgres, dataCenter: after.dataCenter - before.dataCenter }).toEqual({
+      postgres: 3,
+      dataCenter: 2,
+    });
   });
 
   it('a version another isolate of the data center is loading is not loaded again: its copy is looked for a second later', async () => {

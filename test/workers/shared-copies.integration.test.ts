@@ -14,7 +14,7 @@ import { sharedListKey } from '../../workers/edge/goods-cache';
 import { readShared, type SharedCopy, sharedKey, writeShared } from '../../workers/edge/shared-copies';
 import type { StockRead } from '../../workers/edge/stock-reads';
 import type { ObjectCallsView } from '../../workers/kernel/object-calls';
-import { ADMIN, buy, call, createGoods, json, sql } from './helpers';
+import { ADMIN, buy, call, createGoods, json, metric, scrape, sql } from './helpers';
 
 /**
  * The same database under a URL of this file's own, so that the shared copies it writes are
@@ -74,6 +74,19 @@ async function titleOf(goodsId: number, workerEnv: Env): Promise<string> {
   return (await json<{ title: string }>(res)).title;
 }
 
+/** How many renewals of `copy` came from each source so far (`seckill_edge_copy_renewals_total`). */
+async function renewals(copy: string): Promise<Record<string, number>> {
+  const m = await scrape();
+  const sources = ['data_center', 'postgres', 'objects', 'mirror', 'failed'];
+  return Object.fromEntries(sources.map((source) => [source, metric(m, 'seckill_edge_copy_renewals_total', { copy, source })]));
+}
+
+/** What renewals of `copy` came from each source since `before` (sources with none left out). */
+async function renewalsSince(copy: string, before: Record<string, number>): Promise<Record<string, number>> {
+  const now = await renewals(copy);
+  return Object.fromEntries(Object.entries(now).flatMap(([k, v]) => (v - (before[k] ?? 0) > 0 ? [[k, v - (before[k] ?? 0)]] : [])));
+}
+
 describe("the data center's goods list", () => {
   it('answers an isolate whose copy is stale while it is fresh, and is replaced from Postgres once it is not', async () => {
     const { goodsId } = await createGoods();
@@ -81,11 +94,13 @@ describe("the data center's goods list", () => {
     // The goods' stock read once, so that the timings below are the list's.
     expect(await titleOf(goodsId, own)).toBe(row.title);
     later(PAST_BOTH_MS);
+    const counted = await renewals('goods_list');
     // A copy another isolate of the data center listed just now: its title is not Postgres'.
     await putList(own.DATABASE_URL, { at: Date.now(), value: [{ ...row, title: 'As the data center listed it' }] });
     const fromShared = performance.now();
     expect(await titleOf(goodsId, own)).toBe('As the data center listed it');
     const sharedMs = performance.now() - fromShared;
+    expect(await renewalsSince('goods_list', counted)).toEqual({ data_center: 1 });
 
     // Both stale: the refresh asks Postgres, and shares what it read.
     later(PAST_BOTH_MS);
@@ -99,6 +114,7 @@ describe("the data center's goods list", () => {
     const shared = await readList(own.DATABASE_URL);
     expect(shared?.at).toBeGreaterThanOrEqual(before);
     expect(shared?.value.find((r) => r.id === goodsId)?.title).toBe(row.title);
+    expect(await renewalsSince('goods_list', counted)).toEqual({ data_center: 1, postgres: 1 });
   });
 
   it('answers from a copy of any age while Postgres is away', async () => {
@@ -147,6 +163,8 @@ describe("the goods pages' stock", () => {
     const { goodsId } = await createGoods({ stock: 20, shards: SHARDS });
     // The clock held still, however long a loaded machine takes between the pages.
     later(0);
+    // Counted before the calls are (a scrape reads the stock objects for its gauges).
+    const counted = await renewals('page_stock');
     await watchCalls();
     // The goods' first views in this isolate: one asks every shard, the others show the
     // database's figure meanwhile (the same 20 here).
@@ -161,15 +179,19 @@ describe("the goods pages' stock", () => {
     const next = await Promise.all(Array.from({ length: 50 }, () => page(goodsId)));
     expect(next.every((p) => p.remaining === 20)).toBe(true);
     expect(await snapshotCalls()).toBe(2 * SHARDS);
+    expect(await renewalsSince('page_stock', counted)).toEqual({ objects: 2 });
   });
 
   it("answers from the data center's fresh copy without asking the objects", async () => {
     const { goodsId } = await createGoods({ stock: 20, shards: SHARDS });
     const key = await sharedKey(ownNoMirror.DATABASE_URL, `stock/${goodsId}`);
+    // Counted before the copy is left (a scrape can take longer than the copy's second).
+    const counted = await renewals('page_stock');
     await writeShared<StockRead>(key, { at: Date.now(), value: { remaining: 7 } }, 60);
     await watchCalls();
     expect((await page(goodsId)).remaining).toBe(7);
     expect(await snapshotCalls()).toBe(0);
+    expect(await renewalsSince('page_stock', counted)).toEqual({ data_center: 1 });
   });
 
   it('is never more than a second old, and shows a pause at once', async () => {

@@ -4,7 +4,7 @@ import type { Config } from '../kernel/config';
 import { log } from '../kernel/log';
 import { fingerprint, fingerprintIndex } from './allowlist-copies';
 import type { WaitUntil } from './group-commit';
-import { dropShared, readSharedBytes, sharedKey, writeSharedBytes } from './shared-copies';
+import { countRenewal, dropShared, readSharedBytes, sharedKey, writeSharedBytes } from './shared-copies';
 
 // An `activity`-scoped sale's rule at the edge (one live order per shopper across the activity's
 // goods), so the crowd's joins, ticket requests and page loads do not each ask Postgres whether
@@ -119,6 +119,7 @@ async function renew(config: Config, activityId: number, key: string): Promise<v
   const shared = usable(decode(await readSharedBytes(name)), here?.notBefore ?? 0);
   const base = shared && (!mine || shared.asOf > mine.asOf) ? shared : mine;
   if (base && base !== mine && Date.now() - base.at < RENEW_MS) {
+    countRenewal('activity_holders', 'data_center');
     adopt(key, base);
     return;
   }
@@ -131,7 +132,11 @@ async function renew(config: Config, activityId: number, key: string): Promise<v
   }
   await writeSharedBytes(mark, RENEWING, RENEWING_MARK_SECONDS);
   try {
-    const next = await readFromPostgres(config, activityId, base);
+    const next = await readFromPostgres(config, activityId, base).catch((error: unknown) => {
+      countRenewal('activity_holders', 'failed');
+      throw error;
+    });
+    countRenewal('activity_holders', 'postgres');
     if (adopt(key, next)) {
       await writeSharedBytes(name, encode(next), SHARED_KEEP_SECONDS);
     }

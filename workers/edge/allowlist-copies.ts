@@ -5,7 +5,7 @@ import type { Config } from '../kernel/config';
 import { log } from '../kernel/log';
 import { fnv1a } from '../kernel/shards';
 import type { WaitUntil } from './group-commit';
-import { dropShared, readSharedBytes, sharedKey, writeSharedBytes } from './shared-copies';
+import { countRenewal, dropShared, readSharedBytes, sharedKey, writeSharedBytes } from './shared-copies';
 
 // An allowlist goods' list at the edge, so the crowd's joins and ticket requests do not each ask
 // Postgres whether the shopper is on it. An isolate keeps the list as sorted 53-bit fingerprints
@@ -176,6 +176,7 @@ export async function loadCopy(
   const key = await sharedKey(config.databaseUrl, allowlistCopyName(goods, version));
   const shared = await readSharedBytes(key);
   if (shared) {
+    countRenewal('allowlist', 'data_center');
     return shared.byteLength % 8 === 0 ? new Float64Array(shared) : null;
   }
   const mark = `${key}/loading`;
@@ -184,7 +185,11 @@ export async function loadCopy(
   }
   await writeSharedBytes(mark, LOADING, LOADING_MARK_SECONDS);
   try {
-    const ids = await listFromPostgres(config, goods.id, page, max);
+    const ids = await listFromPostgres(config, goods.id, page, max).catch((error: unknown) => {
+      countRenewal('allowlist', 'failed');
+      throw error;
+    });
+    countRenewal('allowlist', 'postgres');
     const fingerprints = ids ? fingerprintsOf(ids) : null;
     await writeSharedBytes(key, fingerprints ? new Uint8Array(fingerprints.buffer) : TOO_LARGE, KEEP_SECONDS);
     return fingerprints;

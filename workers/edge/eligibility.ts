@@ -3,6 +3,7 @@ import { dbOptions, httpDb } from '../../db/client';
 import type { GoodsRow } from '../../db/goods';
 import type { Config } from '../kernel/config';
 import { AppError } from '../kernel/errors';
+import { count } from '../metrics/registry';
 import { type Holding, holdingAtEdge } from './activity-holders';
 import { listedAtEdge } from './allowlist-copies';
 import type { WaitUntil } from './group-commit';
@@ -78,6 +79,20 @@ export function standingAtEdge(
   return now < goods.startAt.getTime() && goods.stock === goods.totalStock ? listedOnly(say.listed) : undefined;
 }
 
+/** The page's standing of a shopper: from the isolate's copies where they tell it all, else Postgres' statement. */
+export async function pageStanding(config: Config, goods: GoodsRow, userId: string, waitUntil: WaitUntil | undefined): Promise<Standing> {
+  const atEdge = standingAtEdge(config, goods, userId, waitUntil);
+  countCheck(goods, atEdge !== undefined);
+  return atEdge ?? (await shopperStanding(httpDb(dbOptions(config)), goods, userId));
+}
+
+/** Counts a check of the goods' rules by what answered it (`seckill_edge_rule_checks_total`). */
+function countCheck(goods: GoodsRow, atEdge: boolean): void {
+  const activity = goods.limitScope === 'activity';
+  const rule = goods.eligibility === 'allowlist' ? (activity ? 'allowlist_activity' : 'allowlist') : activity ? 'activity' : 'units_held';
+  count('seckill_edge_rule_checks_total', { rule, answered_by: atEdge ? 'edge' : 'postgres' });
+}
+
 /** 403 NOT_ELIGIBLE for a shopper not on an allowlist goods' list; 409 LIMIT_REACHED for a live order elsewhere in an activity-scoped sale. */
 export function refuseIneligible(goods: GoodsRow, standing: Standing): void {
   if (goods.eligibility === 'allowlist' && !standing.listed) {
@@ -98,6 +113,7 @@ export async function requireEligible(config: Config, goods: GoodsRow, userId: s
     return;
   }
   const say = copiesSay(config, goods, userId, waitUntil, Date.now());
+  countCheck(goods, say !== undefined);
   refuseIneligible(
     goods,
     say

@@ -5,7 +5,7 @@ import { seckillGoods } from '../../db/schema';
 import type { Config } from '../kernel/config';
 import { AppError, unavailable } from '../kernel/errors';
 import { log } from '../kernel/log';
-import { readShared, type SharedCopy, sharedKey, writeShared } from './shared-copies';
+import { countRenewal, readShared, type SharedCopy, sharedKey, writeShared } from './shared-copies';
 
 /** How long an isolate trusts its copy of the goods list. */
 const GOODS_TTL_MS = 4_000;
@@ -66,6 +66,7 @@ export async function currentGoods(config: Config, now = Date.now()): Promise<Ma
 async function reload(config: Config, from: 'shared' | 'postgres'): Promise<void> {
   const shared = from === 'shared' ? await sharedList(config) : undefined;
   if (shared && Date.now() - shared.at < SHARED_TTL_MS) {
+    countRenewal('goods_list', 'data_center');
     adopt(shared.value);
     return;
   }
@@ -75,6 +76,7 @@ async function reload(config: Config, from: 'shared' | 'postgres'): Promise<void
     // One statement over SQL over HTTP: no Postgres session opened for it.
     rows = await listCurrentGoods(httpDb(dbOptions(config)), at, ENDED_VISIBLE_MS);
   } catch (error) {
+    countRenewal('goods_list', 'failed');
     if (!shared) {
       throw error;
     }
@@ -82,6 +84,7 @@ async function reload(config: Config, from: 'shared' | 'postgres'): Promise<void
     adopt(shared.value);
     return;
   }
+  countRenewal('goods_list', 'postgres');
   adopt(rows);
   await writeShared(await sharedListKey(config.databaseUrl), { at, value: rows }, SHARED_KEEP_SECONDS);
 }

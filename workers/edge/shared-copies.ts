@@ -2,6 +2,7 @@ import { getTableColumns } from 'drizzle-orm';
 import { seckillGoods } from '../../db/schema';
 import { sha256B64 } from '../kernel/crypto';
 import { log } from '../kernel/log';
+import { count } from '../metrics/registry';
 
 // Copies a data center's isolates share through the Cache API (`caches.default`), of what each
 // isolate would otherwise ask Postgres or a Durable Object for on its own: the goods list
@@ -11,6 +12,16 @@ import { log } from '../kernel/log';
 // version) per data center instead of one per isolate. A copy only saves work: a read or write
 // that fails is logged and the caller asks the source itself, as it does where there is
 // no cache (on a workers.dev subdomain the Cache API keeps nothing).
+
+/** The edge's copies, as the metrics name them. */
+export type CopyName = 'goods_list' | 'page_stock' | 'allowlist' | 'activity_holders';
+/** Where a renewal of a copy came from: the data center's copy, the source itself, or nowhere. */
+export type RenewalSource = 'data_center' | 'postgres' | 'mirror' | 'objects' | 'failed';
+
+/** Counts a renewal of an isolate's copy by where it came from (`seckill_edge_copy_renewals_total`). */
+export function countRenewal(copy: CopyName, source: RenewalSource): void {
+  count('seckill_edge_copy_renewals_total', { copy, source });
+}
 
 /** A shared copy: when its source gave it, and what it gave. */
 export type SharedCopy<T> = { at: number; value: T };

@@ -1,7 +1,7 @@
 import type { Config } from '../kernel/config';
 import { FAIL_REASONS, type FailReason, type GoodsPlacement, type ResultView, type StockSnapshot } from '../kernel/contract';
 import { readResult, readStocks } from '../mirror/client';
-import { dropShared, readShared, sharedKey, writeShared } from './shared-copies';
+import { countRenewal, dropShared, readShared, sharedKey, writeShared } from './shared-copies';
 import { goodsSnapshot } from './stock-shards';
 
 // Shopper reads that try the mirror first and fall back to the goods' object, so polling
@@ -104,6 +104,7 @@ async function renewStock(env: Env, config: Config, goods: GoodsPlacement[]): Pr
       return undefined;
     }
     keep(g.id, copy.at, copy.value);
+    countRenewal('page_stock', 'data_center');
     return copy.value;
   });
   const missing = goods.flatMap((g, i) => (reads[i] === undefined ? [{ g, i }] : []));
@@ -119,7 +120,9 @@ async function renewStock(env: Env, config: Config, goods: GoodsPlacement[]): Pr
   await Promise.all(
     missing.map(async ({ g, i }, k) => {
       const m = mirrored?.[k];
-      const read = m !== undefined && m !== null ? { remaining: m } : await objectsRead(env, g);
+      const fromMirror = m !== undefined && m !== null;
+      const read = fromMirror ? { remaining: m } : await objectsRead(env, g);
+      countRenewal('page_stock', read ? (fromMirror ? 'mirror' : 'objects') : 'failed');
       const key = keys[i];
       if (read && key) {
         reads[i] = read;

@@ -1,7 +1,5 @@
 import { Hono } from 'hono';
-import { shopperStanding } from '../../../db/allowlist';
-import { dbOptions, httpDb } from '../../../db/client';
-import { standingAtEdge } from '../../edge/eligibility';
+import { pageStanding } from '../../edge/eligibility';
 import { currentGoods } from '../../edge/goods-cache';
 import { goodsView } from '../../edge/goods-view';
 import { noteStock } from '../../edge/sold-out';
@@ -37,8 +35,7 @@ export const goods = new Hono<AppEnv>()
     const goods = c.get('goods'),
       userId = c.get('userId'),
       config = c.get('config');
-    const standing =
-      standingAtEdge(config, goods, userId, waitUntilOf(c)) ?? (await shopperStanding(httpDb(dbOptions(config)), goods, userId));
+    const standing = await pageStanding(config, goods, userId, waitUntilOf(c));
     const listed = goods.eligibility !== 'allowlist' || standing.listed;
     const elsewhere = goods.limitScope === 'activity' && standing.elsewhere;
     return c.json({ eligible: listed && !elsewhere, perUserLimit: goods.perUserLimit, held: standing.held });
