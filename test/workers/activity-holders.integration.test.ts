@@ -9,7 +9,7 @@
 // stamped): a copy answers what the orders were when it read them, a statement what they are now,
 // and a renewal that reads only the changes does not see a deletion either.
 import { sql as raw } from 'drizzle-orm';
-import { beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it, vi } from 'vitest';
 import { readActivityHolders } from '../../db/activity-holders';
 import { forgetActivity, forgetActivityHolders, holdingAtEdge } from '../../workers/edge/activity-holders';
 import { forgetAllowlists } from '../../workers/edge/allowlist-copies';
@@ -62,9 +62,9 @@ async function behindTheBack(orderId: string): Promise<void> {
 }
 
 /** What this isolate's copy says of a shopper (at `now`), with the renewal it started run to its end. */
-async function holding(activityId: number, userId: string, now = Date.now()) {
+async function holding(activityId: number, userId: string, now = Date.now(), cfg = config) {
   const renewals: Promise<unknown>[] = [];
-  const answer = holdingAtEdge(config, activityId, userId, (p) => renewals.push(p), now);
+  const answer = holdingAtEdge(cfg, activityId, userId, (p) => renewals.push(p), now);
   await Promise.all(renewals);
   return { answer, renewed: renewals.length };
 }
@@ -163,6 +163,40 @@ describe("an activity's holders at the edge", () => {
     expect(await page(a, 'ah-held')).toEqual({ eligible: true, perUserLimit: 2, held: 2 });
     expect(await page(b, 'ah-held')).toEqual({ eligible: false, perUserLimit: 2, held: 0 });
     expect(await page(b, 'ah-out')).toEqual({ eligible: false, perUserLimit: 2, held: 0 });
+  });
+
+  it('answer from the last copy for minutes while Postgres is away, in a new isolate too, and renew when it is back', async () => {
+    const { activityId, a } = await activityGoods();
+    await order(activityId, a, 'ah-away');
+    await holding(activityId, 'ah-away');
+    // The same deployment with Postgres out of reach: its renewals fail. The clock moved on by hand.
+    const away = { ...config, pgWsProxy: '127.0.0.1:1' };
+    const start = Date.now();
+    const at = (ms: number) => vi.useFakeTimers({ toFake: ['Date'], now: start + ms });
+    try {
+      at(1_100);
+      expect(await holding(activityId, 'ah-away', Date.now(), away)).toEqual({ answer: { goodsId: a, quantity: 1 }, renewed: 1 });
+      // Past the 5 s a renewing copy answers: Postgres' orders do not change while it is away, so the copy is what a statement would say.
+      at(60_000);
+      expect((await holding(activityId, 'ah-away', Date.now(), away)).answer).toEqual({ goodsId: a, quantity: 1 });
+      expect((await holding(activityId, 'ah-nobody', Date.now(), away)).answer).toBeNull();
+      // A new isolate has no copy: its first shopper asks Postgres (and meets the outage), its renewal takes the data center's copy.
+      forgetActivityHolders();
+      expect(await holding(activityId, 'ah-away', Date.now(), away)).toEqual({ answer: undefined, renewed: 1 });
+      at(120_000);
+      expect((await holding(activityId, 'ah-away', Date.now(), away)).answer).toEqual({ goodsId: a, quantity: 1 });
+      // Not past ten minutes.
+      at(700_000);
+      expect((await holding(activityId, 'ah-away', Date.now(), away)).answer).toBeUndefined();
+      // Postgres back: the next renewal reads it, and its copy answers for 5 s again.
+      at(701_100);
+      expect((await holding(activityId, 'ah-away')).renewed).toBe(1);
+      expect((await holding(activityId, 'ah-away')).answer).toEqual({ goodsId: a, quantity: 1 });
+      at(706_200);
+      expect((await holding(activityId, 'ah-away', Date.now(), away)).answer).toBeUndefined();
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('are counted: the checks by what answered them, the renewals by where they came from', async () => {

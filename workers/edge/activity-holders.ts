@@ -19,13 +19,20 @@ import { countRenewal, dropShared, readSharedBytes, sharedKey, writeSharedBytes 
 //
 // A copy is a second or two behind Postgres, which is itself behind the orders' queue: a shopper
 // it does not know of yet is let through as one the statement did not know of would be, and the
-// objects and Postgres' unique index settle it (one order, the other refused). Where the copy is
-// missing, too old (its renewals failing) or over MAX_HOLDERS, the shopper's statement answers.
+// objects and Postgres' unique index settle it (one order, the other refused). While Postgres is
+// away (the renewals failing) a copy answers up to OUTAGE_ANSWER_MS old. Where the copy is
+// missing, too old or over MAX_HOLDERS, the shopper's statement answers.
 
 /** From this age a request renews its isolate's copy, in the background. */
 const RENEW_MS = 1_000;
-/** Up to this age a copy answers; older (Postgres away), the shoppers' statements answer. */
+/** Up to this age a copy answers while it renews; older, the shoppers' statements answer. */
 const ANSWER_MS = 5_000;
+/**
+ * While its renewals fail (Postgres away), a copy answers up to this age: Postgres' orders do
+ * not change while it is away (the consumer cannot write them either), so the copy is what a
+ * statement would say, and the sale goes on at the edge instead of answering 503.
+ */
+const OUTAGE_ANSWER_MS = 600_000;
 /** A renewal reads the changes stamped since its base's read less this: writes committed after that read but stamped before it. */
 const OVERLAP_MS = 2_000;
 /** A renewal reads the whole list when its base is older than this (the changes since would be most of it). */
@@ -36,8 +43,8 @@ const WHOLE_MS = 60_000;
 const MAX_HOLDERS = 1_000_000;
 /** Holders an isolate keeps over all its activities; the copies renewed longest ago go first. */
 const MAX_KEPT_HOLDERS = 2_000_000;
-/** The data center keeps a copy this long (past BASE_MS no renewal builds on it). */
-const SHARED_KEEP_SECONDS = 15;
+/** The data center keeps a copy this long (past BASE_MS no renewal builds on it, but while Postgres is away a new isolate answers from it). */
+const SHARED_KEEP_SECONDS = OUTAGE_ANSWER_MS / 1000;
 /** How long a renewing isolate's mark holds the data center's others back. */
 const RENEWING_MARK_SECONDS = 5;
 /** The body of a renewing mark (only its presence is read). */
@@ -58,8 +65,12 @@ type Holders = {
   holdings: Float64Array | null;
 };
 
-/** What an isolate keeps of an activity: its copy, when a request last went to renew it, and the read time a copy must be after (an order cancelled here). */
-type Kept = { copy: Holders | undefined; renewingSince: number; notBefore: number };
+/**
+ * What an isolate keeps of an activity: its copy, when a request last went to renew it, the read
+ * time a copy must be after (an order cancelled here), and since when its renewals have failed
+ * (0: the last one did not).
+ */
+type Kept = { copy: Holders | undefined; renewingSince: number; notBefore: number; failingSince: number };
 /** Per database and activity, in the order their copies were last renewed. */
 const kept = new Map<string, Kept>();
 
@@ -82,7 +93,7 @@ export function holdingAtEdge(
   const key = `${config.databaseUrl}|${activityId}`;
   let mine = kept.get(key);
   if (!mine) {
-    mine = { copy: undefined, renewingSince: 0, notBefore: 0 };
+    mine = { copy: undefined, renewingSince: 0, notBefore: 0, failingSince: 0 };
     kept.set(key, mine);
   }
   const copy = mine.copy;
@@ -90,12 +101,27 @@ export function holdingAtEdge(
   const renewAfter = copy && !copy.fingerprints ? WHOLE_MS : RENEW_MS;
   if (waitUntil && (!copy || now - copy.at >= renewAfter) && now - mine.renewingSince >= RENEW_MS) {
     mine.renewingSince = now;
+    const renewing = mine;
     waitUntil(
-      // Failed or done, the next may start a RENEW_MS after this one's start; the shoppers' statements answer meanwhile.
-      renew(config, activityId, key).catch((error: unknown) => log.warn('activity_holders.renew_failed', { activityId, error })),
+      // Failed or done, the next may start a RENEW_MS after this one's start.
+      renew(config, activityId, key).then(
+        (renewed) => {
+          if (renewed) {
+            renewing.failingSince = 0;
+          }
+        },
+        (error: unknown) => {
+          if (renewing.failingSince === 0) {
+            // Once a stretch of failures: they come every second while Postgres is away.
+            renewing.failingSince = Date.now();
+            log.warn('activity_holders.renew_failed', { activityId, error });
+          }
+        },
+      ),
     );
   }
-  if (!copy?.fingerprints || !copy.holdings || now - copy.at >= ANSWER_MS) {
+  const answersFor = mine.failingSince > 0 ? OUTAGE_ANSWER_MS : ANSWER_MS;
+  if (!copy?.fingerprints || !copy.holdings || now - copy.at >= answersFor) {
     return undefined;
   }
   const i = fingerprintIndex(copy.fingerprints, fingerprint(userId));
@@ -110,8 +136,11 @@ export function holdingAtEdge(
  * Renews the activity's copy: the data center's when it is under RENEW_MS old; else, unless
  * another isolate of the data center is reading Postgres for it (its mark), Postgres' changes
  * since the newest copy at hand (or the whole list), which then become the data center's copy.
+ * True when the copy is now from a read within RENEW_MS; false when another isolate is reading;
+ * a read that fails throws, after taking the data center's copy if it is newer than this
+ * isolate's (a new isolate while Postgres is away answers from it).
  */
-async function renew(config: Config, activityId: number, key: string): Promise<void> {
+async function renew(config: Config, activityId: number, key: string): Promise<boolean> {
   const name = await sharedKey(config.databaseUrl, `activity-holders/${activityId}`);
   const here = kept.get(key);
   const mine = here?.copy;
@@ -121,25 +150,29 @@ async function renew(config: Config, activityId: number, key: string): Promise<v
   if (base && base !== mine && Date.now() - base.at < RENEW_MS) {
     countRenewal('activity_holders', 'data_center');
     adopt(key, base);
-    return;
+    return true;
   }
   const mark = `${name}/renewing`;
   if (await readSharedBytes(mark)) {
     if (base && base !== mine) {
       adopt(key, base);
     }
-    return;
+    return false;
   }
   await writeSharedBytes(mark, RENEWING, RENEWING_MARK_SECONDS);
   try {
     const next = await readFromPostgres(config, activityId, base).catch((error: unknown) => {
       countRenewal('activity_holders', 'failed');
+      if (base && base !== mine) {
+        adopt(key, base);
+      }
       throw error;
     });
     countRenewal('activity_holders', 'postgres');
     if (adopt(key, next)) {
       await writeSharedBytes(name, encode(next), SHARED_KEEP_SECONDS);
     }
+    return true;
   } finally {
     await dropShared(mark);
   }
@@ -228,7 +261,7 @@ export function applyChanges(
  * more than MAX_KEPT_HOLDERS. Whether it was kept.
  */
 function adopt(key: string, copy: Holders): boolean {
-  const mine = kept.get(key) ?? { copy: undefined, renewingSince: 0, notBefore: 0 };
+  const mine = kept.get(key) ?? { copy: undefined, renewingSince: 0, notBefore: 0, failingSince: 0 };
   if (!usable(copy, mine.notBefore) || (mine.copy && mine.copy.asOf > copy.asOf)) {
     return false;
   }
@@ -296,7 +329,7 @@ function decode(bytes: ArrayBuffer | undefined): Holders | undefined {
  */
 export async function forgetActivity(config: Config, activityId: number): Promise<void> {
   const key = `${config.databaseUrl}|${activityId}`;
-  kept.set(key, { copy: undefined, renewingSince: 0, notBefore: Date.now() });
+  kept.set(key, { copy: undefined, renewingSince: 0, notBefore: Date.now(), failingSince: 0 });
   await dropShared(await sharedKey(config.databaseUrl, `activity-holders/${activityId}`));
 }
 
