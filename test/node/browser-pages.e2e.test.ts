@@ -343,6 +343,12 @@ describe.skipIf(!HAVE_CHROMIUM)('the pages in Chromium', () => {
     expect((await goods(stack, sale.goodsId)).status).toBe('PAUSED');
     // Request outcomes per second, from two scrapes of /admin/metrics.
     await expect.poll(() => page.locator('#traffic-rows tr').count(), { timeout: 10_000 }).toBeGreaterThan(0);
+    // What the edge asked its sources: a goods page read renews its stock figure (kept a second).
+    const sources = async () => {
+      await goods(stack, sale.goodsId);
+      return page.locator('#edge-sources-rows th').allTextContents();
+    };
+    await expect.poll(sources, { timeout: 10_000, interval: 500 }).toContain('page_stock');
     await screenshot(page, 'dashboard', { docs: true });
 
     await card.locator('[data-action="toggle-pause"]').click();

@@ -8,7 +8,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { buildWeb, PAGES, pageSizes } from '../../scripts/build-web.ts';
 import { chartPoints } from '../../web/src/admin/chart';
 import { adminMessages } from '../../web/src/admin/messages';
-import { counterRates, parsePrometheus, sumBy } from '../../web/src/admin/prometheus';
+import { counterRates, parsePrometheus, RateWindow, sumBy } from '../../web/src/admin/prometheus';
 import { parseRetryAfter } from '../../web/src/shared/api';
 import { ServerClock, sampleOffset } from '../../web/src/shared/clock';
 import { Challenge, Goods, Order } from '../../web/src/shared/contract';
@@ -361,6 +361,20 @@ broken{label="x" 1
     expect(byOutcome.get('sold_out')).toBe(0.5);
     expect(byOutcome.get('ok')).toBe(0);
     expect(counterRates([], [], 0)).toEqual([]);
+  });
+
+  it('keeps the scrape before for the rates of the series it watches', () => {
+    const window = new RateWindow((s) => s.labels.outcome !== 'ok');
+    expect(window.next(scrape(10, 2), 1_000)).toBeUndefined();
+    const rates = window.next(scrape(30, 4), 3_000) ?? [];
+    expect(sumBy(rates, 'seckill_http_requests_total', 'outcome')).toEqual(
+      new Map([
+        ['accepted', 10],
+        ['sold_out', 1],
+      ]),
+    );
+    // The next rates are from this scrape on.
+    expect(sumBy(window.next(scrape(30, 4), 4_000) ?? [], 'seckill_http_requests_total', 'outcome').get('accepted')).toBe(0);
   });
 
   it('scales chart points into the box', () => {

@@ -5,6 +5,7 @@ import { byId } from '../shared/dom';
 import { formatTimeOfDay } from '../shared/format';
 import { I18n } from '../shared/i18n';
 import { type AdminContext, adminJson, adminText } from './context';
+import { EdgeSourcesView } from './edge-sources';
 import { bindCreate, bindLimits, bindReconcile } from './forms';
 import { GoodsCard } from './goods-card';
 import { type AdminKey, adminMessages } from './messages';
@@ -73,6 +74,7 @@ const ctx: AdminContext = {
   },
 };
 const traffic = new TrafficView(ctx);
+const edgeSources = new EdgeSourcesView(ctx);
 
 function signOut(reason?: AdminKey): void {
   token = undefined;
@@ -137,6 +139,7 @@ async function refresh(): Promise<void> {
     els.cards.replaceChildren(...shown.map((card) => card.root));
     els.empty.hidden = shown.length > 0;
     traffic.update(metrics, at);
+    edgeSources.update(metrics, at);
     els.updated.textContent = i18n.t('updatedAt', { time: formatTimeOfDay(ctx.clock.now(), i18n.locale) });
   } finally {
     refreshing = false;

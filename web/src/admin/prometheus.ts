@@ -72,6 +72,21 @@ export function counterRates(previous: Sample[], current: Sample[], seconds: num
   });
 }
 
+/** Counter rates between each scrape and the one before it, of the series `keep` selects. */
+export class RateWindow {
+  private previous: { samples: Sample[]; at: number } | undefined;
+
+  constructor(private readonly keep: (s: Sample) => boolean) {}
+
+  /** The rates since the last scrape (`at` in ms); undefined for the first. */
+  next(text: string, at: number): Sample[] | undefined {
+    const samples = parsePrometheus(text).filter(this.keep);
+    const previous = this.previous;
+    this.previous = { samples, at };
+    return previous ? counterRates(previous.samples, samples, (at - previous.at) / 1000) : undefined;
+  }
+}
+
 /** Sums samples of `name` by one label (e.g. requests by outcome), optionally filtered. */
 export function sumBy(samples: Sample[], name: string, label: string, keep: (s: Sample) => boolean = () => true): Map<string, number> {
   const out = new Map<string, number>();

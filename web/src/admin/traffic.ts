@@ -2,7 +2,7 @@ import type { ApiResult } from '../shared/api';
 import { routeMissing } from '../shared/api';
 import { byId, el } from '../shared/dom';
 import type { AdminContext } from './context';
-import { counterRates, parsePrometheus, type Sample, sumBy } from './prometheus';
+import { RateWindow, type Sample, sumBy } from './prometheus';
 
 const REQUESTS = 'seckill_http_requests_total';
 /** The purchase route's pattern contains the hidden-path segment. */
@@ -10,7 +10,7 @@ const isPurchase = (s: Sample) => /\/do\//.test(s.labels.route ?? '');
 
 /** Request outcomes per second (accepted, sold_out, rate_limited, ...), from two metric scrapes. */
 export class TrafficView {
-  private previous: { samples: Sample[]; at: number } | undefined;
+  private readonly window = new RateWindow((s) => s.name === REQUESTS);
   private readonly els = {
     table: byId('traffic', HTMLTableElement),
     rows: byId('traffic-rows', HTMLTableSectionElement),
@@ -26,14 +26,11 @@ export class TrafficView {
       this.els.note.textContent = routeMissing(metrics) ? i18n.t('trafficUnavailable') : i18n.t('failed', { message: metrics.message });
       return;
     }
-    const samples = parsePrometheus(metrics.data).filter((s) => s.name === REQUESTS);
-    const previous = this.previous;
-    this.previous = { samples, at };
-    if (!previous) {
+    const rates = this.window.next(metrics.data, at);
+    if (!rates) {
       this.els.note.textContent = i18n.t('trafficWaiting');
       return;
     }
-    const rates = counterRates(previous.samples, samples, (at - previous.at) / 1000);
     const all = sumBy(rates, REQUESTS, 'outcome');
     const purchase = sumBy(rates, REQUESTS, 'outcome', isPurchase);
     const outcomes = [...all.entries()].filter(([, rate]) => rate > 0).sort((a, b) => b[1] - a[1]);
