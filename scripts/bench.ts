@@ -349,6 +349,10 @@ async function main(): Promise<number> {
   process.stdout.write(
     o.json ? `${JSON.stringify(result, null, 2)}\n` : `\n${formatBench(result)}\n\nSaved ${saved.file} and ${saved.latest}\n`,
   );
+  for (const c of result.invariants.checks.filter((check) => !check.ok)) {
+    // On stderr too, so a run with --json (or a test that reads only stderr) names what broke.
+    say(`bench: invariant failed: ${c.goods}: ${c.name}: ${c.detail}`);
+  }
   return result.invariants.ok ? 0 : 1;
 }
 
