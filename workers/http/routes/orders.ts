@@ -134,12 +134,13 @@ export const orders = new Hono<AppEnv>()
     }
     // The shop hears of it after the answer (a lost send is re-sent by the cron).
     c.executionCtx.waitUntil(enqueueDeliveries(c.env, result.webhookIds));
-    // Postgres has the unit back already; the goods' object gets it now, or from the queue later.
-    await releaseOrRepair(c.env, await placementOf(http, order.goodsId), result.order);
     if (result.order.limitScope === 'activity') {
-      // The shopper may buy in the activity again at once, here and in this data center; elsewhere within the copies' renewal.
+      // The shopper may buy in the activity again at once, here and in this data center (whatever
+      // the release below meets); elsewhere within the copies' renewal.
       await forgetActivity(config, result.order.activityId);
     }
+    // Postgres has the unit back already; the goods' object gets it now, or from the queue later.
+    await releaseOrRepair(c.env, await placementOf(http, order.goodsId), result.order);
     return c.json(orderView(result.order));
   });
 
