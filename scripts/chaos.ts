@@ -42,6 +42,7 @@ async function createGoods(stack: ChaosStack, plan: ChaosPlan): Promise<Sale[]> 
         // No order times out during the run: every unit stays where the faults left it.
         payTimeoutSeconds: plan.payTimeoutSeconds,
         ...(phase.queue ? { queue: { mode: 'always', ...phase.queue } } : {}),
+        ...(phase.limitScope ? { limitScope: phase.limitScope } : {}),
       },
     });
     const goods = read.goods(answer.json);

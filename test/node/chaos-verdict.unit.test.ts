@@ -288,6 +288,14 @@ describe('formatVerdict', () => {
 describe('the plan', () => {
   const production = { orders: { maxRetries: 8 }, deadLetters: { maxRetries: 100, retryDelay: 60 }, timeouts: { maxRetries: 8 } };
 
+  it('wants the sale of the Postgres phase answered through the outage: no 503', () => {
+    const outage = { ...healthy(), fault: 'postgres-stopped' };
+    expect(failedChecks(outage)).toEqual(['the sale answered through the outage']);
+    expect(failedChecks({ ...outage, tally: { ...outage.tally, busy: 0 } })).toEqual([]);
+    // Elsewhere a 503 retried is the designed answer to a fault.
+    expect(failedChecks({ ...healthy(), fault: 'object-reset' })).toEqual([]);
+  });
+
   it("adds up the order queue's retries", () => {
     expect(retriesLastSeconds(8, 300)).toBe(255);
     expect(retriesLastSeconds(3, 4)).toBe(7);
@@ -302,6 +310,8 @@ describe('the plan', () => {
       expect(outage && outage.faultAtS + outage.faultForS).toBeLessThan(outage?.lengthS ?? 0);
     }
     expect(chaosPlan('full', production).phases.find((p) => p.fault === 'postgres-stopped')?.faultForS).toBeGreaterThanOrEqual(600);
+    // Its goods under the activity rule, which the edge answers from its copy while Postgres is away.
+    expect(chaosPlan('short', production).phases.find((p) => p.fault === 'postgres-stopped')?.limitScope).toBe('activity');
   });
 
   it('keeps Redis down and the queue sends failing past the cap of the retries that wait them out', () => {

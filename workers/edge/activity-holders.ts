@@ -30,9 +30,10 @@ const ANSWER_MS = 5_000;
 /**
  * While its renewals fail (Postgres away), a copy answers up to this age: Postgres' orders do
  * not change while it is away (the consumer cannot write them either), so the copy is what a
- * statement would say, and the sale goes on at the edge instead of answering 503.
+ * statement would say, and the sale goes on at the edge instead of answering 503. Longer than
+ * any outage the orders' queue and the objects' outboxes ride out.
  */
-const OUTAGE_ANSWER_MS = 600_000;
+const OUTAGE_ANSWER_MS = 30 * 60_000;
 /** A renewal reads the changes stamped since its base's read less this: writes committed after that read but stamped before it. */
 const OVERLAP_MS = 2_000;
 /** A renewal reads the whole list when its base is older than this (the changes since would be most of it). */

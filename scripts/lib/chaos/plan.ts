@@ -63,6 +63,12 @@ export type PhasePlan = {
   resetsAtS: number[];
   /** The goods' waiting room, always on: every shopper joins its line and buys with the pass it is let in with. */
   queue?: { admitPerSecond: number; shards: number };
+  /**
+   * `activity`: the goods' rule of one live order per shopper across its activity, which the
+   * token route answers from the edge's copy of the activity's holders (Postgres out of the way,
+   * through its outage too).
+   */
+  limitScope?: 'activity';
 };
 
 export type QueueSettings = { maxRetries: number; retryDelay?: number | undefined };
@@ -203,7 +209,8 @@ function fullPlan(production: QueueSchedule): Omit<ChaosPlan, 'shards' | 'mirror
     mode: 'full',
     phases: phases(crowd, {
       none: {},
-      'postgres-stopped': { faultAtS: 15, faultForS: outageS, lengthS: 15 + outageS + 30 },
+      // Its sale under the activity rule: the tickets of the shoppers who come during the outage are answered at the edge.
+      'postgres-stopped': { faultAtS: 15, faultForS: outageS, lengthS: 15 + outageS + 30, limitScope: 'activity' },
       'redis-killed': { faultAtS: 15, faultForS: redisDownS, lengthS: 15 + redisDownS + 30 },
       'object-reset': { resetsAtS: [5, 10, 15, 20, 25, 30, 35] },
       // Its shards and coordinator, while the crowd waits in the line, is let in and buys.
@@ -242,7 +249,7 @@ function shortPlan(): Omit<ChaosPlan, 'shards' | 'mirror'> {
   const outageS = 40;
   const phaseList = phases(crowd, {
     none: {},
-    'postgres-stopped': { faultAtS: 3, faultForS: outageS, lengthS: 3 + outageS + 4 },
+    'postgres-stopped': { faultAtS: 3, faultForS: outageS, lengthS: 3 + outageS + 4, limitScope: 'activity' },
     'redis-killed': { faultAtS: 3, faultForS: 3 },
     'object-reset': { resetsAtS: [1.5, 3, 4.5, 6] },
     // The line holds the crowd (about 3 joins a second, then the latecomers' burst, for 4 a

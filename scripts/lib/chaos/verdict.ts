@@ -149,6 +149,17 @@ export function judgePhase(p: PhaseInput): PhaseVerdict {
       tally.idempotency.mismatches === 0,
       `${tally.idempotency.mismatches} of ${tally.idempotency.compared} differed${tally.idempotency.examples.length ? `: ${tally.idempotency.examples.join(', ')}` : ''}`,
     ),
+    // Nothing a shopper asks for waits on Postgres: not the goods list, the ticket (its goods is
+    // activity-scoped, its rule answered from the edge's copy), the purchase or the result.
+    ...(p.fault === 'postgres-stopped'
+      ? [
+          check(
+            'the sale answered through the outage',
+            tally.busy === 0,
+            `${tally.busy} of ${tally.requests} answered 503 BUSY/UNAVAILABLE`,
+          ),
+        ]
+      : []),
     ...stockChecks(p, live.length),
     ...lineChecks(p),
     ...(p.mirror === false ? [] : mirrorChecks(p, live)),
