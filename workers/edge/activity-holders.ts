@@ -75,6 +75,11 @@ type Kept = { copy: Holders | undefined; renewingSince: number; notBefore: numbe
 /** Per database and activity, in the order their copies were last renewed. */
 const kept = new Map<string, Kept>();
 
+/** What an isolate keeps of an activity before its first copy (or after a cancel at `notBefore`). */
+function nothingKept(notBefore = 0): Kept {
+  return { copy: undefined, renewingSince: 0, notBefore, failingSince: 0 };
+}
+
 /** A shopper's live order in an activity, as a copy has it. */
 export type Holding = { goodsId: number; quantity: number };
 
@@ -94,7 +99,7 @@ export function holdingAtEdge(
   const key = `${config.databaseUrl}|${activityId}`;
   let mine = kept.get(key);
   if (!mine) {
-    mine = { copy: undefined, renewingSince: 0, notBefore: 0, failingSince: 0 };
+    mine = nothingKept();
     kept.set(key, mine);
   }
   const copy = mine.copy;
@@ -262,7 +267,7 @@ export function applyChanges(
  * more than MAX_KEPT_HOLDERS. Whether it was kept.
  */
 function adopt(key: string, copy: Holders): boolean {
-  const mine = kept.get(key) ?? { copy: undefined, renewingSince: 0, notBefore: 0, failingSince: 0 };
+  const mine = kept.get(key) ?? nothingKept();
   if (!usable(copy, mine.notBefore) || (mine.copy && mine.copy.asOf > copy.asOf)) {
     return false;
   }
@@ -330,7 +335,7 @@ function decode(bytes: ArrayBuffer | undefined): Holders | undefined {
  */
 export async function forgetActivity(config: Config, activityId: number): Promise<void> {
   const key = `${config.databaseUrl}|${activityId}`;
-  kept.set(key, { copy: undefined, renewingSince: 0, notBefore: Date.now(), failingSince: 0 });
+  kept.set(key, nothingKept(Date.now()));
   await dropShared(await sharedKey(config.databaseUrl, `activity-holders/${activityId}`));
 }
 

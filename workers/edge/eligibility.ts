@@ -28,14 +28,6 @@ export function hasEdgeRules(goods: Pick<GoodsRow, 'eligibility' | 'limitScope'>
   return goods.eligibility === 'allowlist' || goods.limitScope === 'activity';
 }
 
-/** The shopper's standing for a goods (read only when it has edge rules; otherwise what an open sale implies). */
-export async function standingOf(config: Config, goods: GoodsRow, userId: string): Promise<Standing> {
-  if (!hasEdgeRules(goods)) {
-    return listedOnly(true);
-  }
-  return shopperStanding(httpDb(dbOptions(config)), goods, userId);
-}
-
 /** What the edge's copies say of a shopper: on the list, and their live order in the goods' activity (`activity` scope). */
 type CopiesSay = { listed: boolean; holding: Holding | null };
 
@@ -118,6 +110,6 @@ export async function requireEligible(config: Config, goods: GoodsRow, userId: s
     goods,
     say
       ? { listed: say.listed, held: 0, elsewhere: say.holding !== null && say.holding.goodsId !== goods.id }
-      : await standingOf(config, goods, userId),
+      : await shopperStanding(httpDb(dbOptions(config)), goods, userId),
   );
 }
