@@ -123,8 +123,11 @@ export const seckillOrder = pgTable(
       .where(sql`${t.status} IN (0, 1) AND ${t.limitScope} = 'activity'`),
     index('seckill_order_goods_status_idx').on(t.goodsId, t.status),
     // An `activity`-scoped sale's orders by the time they last changed: the edge's copies of who
-    // holds one read the changes since their last read (db/activity-holders.ts).
+    // holds one read the changes since their last read (db/holders.ts).
     index('seckill_order_activity_changes_idx').on(t.activityId, t.updatedAt).where(sql`${t.limitScope} = 'activity'`),
+    // A per-goods sale's orders by the time they last changed: the edge's copies of the units each
+    // shopper holds (the page's eligibility answer) read the changes since their last read.
+    index('seckill_order_goods_changes_idx').on(t.goodsId, t.updatedAt).where(sql`${t.limitScope} = 'goods'`),
     // A shopper's orders of a goods: the units they hold (the eligibility answer).
     index('seckill_order_user_goods_idx').on(t.userId, t.goodsId),
     index('seckill_order_pending_deadline_idx').on(t.payDeadline).where(sql`${t.status} = 0`),

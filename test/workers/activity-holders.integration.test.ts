@@ -1,4 +1,4 @@
-// An activity-scoped sale's rule at the edge (workers/edge/activity-holders.ts): once an isolate
+// An activity-scoped sale's rule at the edge (workers/edge/holders-copies.ts): once an isolate
 // holds its copy of who holds a live order of the activity, the waiting room's join, the token
 // route and the page's eligibility answer from it and not from a Postgres statement a shopper;
 // a renewal reads the orders that changed since the copy's read, or the data center's copy when
@@ -10,11 +10,11 @@
 // and a renewal that reads only the changes does not see a deletion either.
 import { sql as raw } from 'drizzle-orm';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
-import { readActivityHolders } from '../../db/activity-holders';
-import { forgetActivity, forgetActivityHolders, holdingAtEdge } from '../../workers/edge/activity-holders';
+import { readActivityHolders } from '../../db/holders';
 import { forgetAllowlists } from '../../workers/edge/allowlist-copies';
 import { requireEligible, standingAtEdge } from '../../workers/edge/eligibility';
 import { getGoods } from '../../workers/edge/goods-cache';
+import { forgetHoldersCopies, forgetHoldersOf, holdingAtEdge } from '../../workers/edge/holders-copies';
 import { readSharedBytes, sharedKey, writeSharedBytes } from '../../workers/edge/shared-copies';
 import { getConfig } from '../../workers/kernel/config';
 import { randomId } from '../../workers/kernel/crypto';
@@ -26,7 +26,7 @@ const config = getConfig(own);
 
 looseLimitsForFile();
 beforeEach(() => {
-  forgetActivityHolders();
+  forgetHoldersCopies();
   forgetAllowlists();
 });
 
@@ -116,7 +116,7 @@ describe("an activity's holders at the edge", () => {
     await behindTheBack(gone);
     // A new isolate: its first renewal finds the data center's copy fresh and reads no Postgres
     // (which would have said the order is gone).
-    forgetActivityHolders();
+    forgetHoldersCopies();
     expect(await holding(activityId, 'ah-shared')).toEqual({ answer: undefined, renewed: 1 });
     expect((await holding(activityId, 'ah-shared')).answer).toEqual({ goodsId: a, quantity: 1 });
   });
@@ -130,7 +130,7 @@ describe("an activity's holders at the edge", () => {
     expect(before?.byteLength).toBeGreaterThan(0);
 
     await setStatus(cancelled, 2);
-    await forgetActivity(config, activityId);
+    await forgetHoldersOf(config, { limitScope: 'activity', activityId, goodsId: a });
     // Another isolate of the data center leaves the copy it read before the cancel.
     await writeSharedBytes(name, new Uint8Array(before ?? new ArrayBuffer(0)), 15);
     // No copy answers until one read after the cancel: the statement does.
@@ -181,7 +181,7 @@ describe("an activity's holders at the edge", () => {
       expect((await holding(activityId, 'ah-away', Date.now(), away)).answer).toEqual({ goodsId: a, quantity: 1 });
       expect((await holding(activityId, 'ah-nobody', Date.now(), away)).answer).toBeNull();
       // A new isolate has no copy: its first shopper asks Postgres (and meets the outage), its renewal takes the data center's copy.
-      forgetActivityHolders();
+      forgetHoldersCopies();
       expect(await holding(activityId, 'ah-away', Date.now(), away)).toEqual({ answer: undefined, renewed: 1 });
       at(120_000);
       expect((await holding(activityId, 'ah-away', Date.now(), away)).answer).toEqual({ goodsId: a, quantity: 1 });
@@ -226,7 +226,7 @@ describe("an activity's holders at the edge", () => {
         await join(userId);
       }
       // A new isolate takes the data center's copy.
-      forgetActivityHolders();
+      forgetHoldersCopies();
       await holding(activityId, 'ah-counted');
       after = await counts();
     } finally {

@@ -1,11 +1,12 @@
-// The edge's copy of who holds a live order of an activity (workers/edge/activity-holders.ts)
+// The edge's copy of who holds a live order of an activity (workers/edge/holders-copies.ts; a
+// goods' copy merges its shoppers' sums the same way)
 // after a read of the orders that changed: whatever the changes and wherever a renewal splits
 // them, the copy is the holders a replay of every change gives, sorted for its binary search.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import type { HolderChange } from '../../db/activity-holders';
-import { applyChanges } from '../../workers/edge/activity-holders';
+import type { HolderChange } from '../../db/holders';
 import { fingerprint } from '../../workers/edge/allowlist-copies';
+import { applyChanges } from '../../workers/edge/holders-copies';
 
 const EMPTY: Float64Array = new Float64Array(0);
 

@@ -4,16 +4,17 @@ import type { GoodsRow } from '../../db/goods';
 import type { Config } from '../kernel/config';
 import { AppError } from '../kernel/errors';
 import { count } from '../metrics/registry';
-import { type Holding, holdingAtEdge } from './activity-holders';
 import { listedAtEdge } from './allowlist-copies';
 import type { WaitUntil } from './group-commit';
+import { type Holding, holdingAtEdge, unitsHeldAtEdge } from './holders-copies';
 
 // The sale rules the edge checks before the goods' object does: the allowlist and the activity's
 // one live order, not asked of the goods' object, so the token route and the waiting room's join
 // do not funnel every shopper into the one object the sale itself runs on. Nor, once the isolate
 // has them, Postgres: the allowlist is read from the isolate's copy of the list
-// (allowlist-copies.ts), the activity's live orders from its copy of who holds one
-// (activity-holders.ts), so a crowd's joins, ticket requests and page loads do not each ask it.
+// (allowlist-copies.ts), the activity's live orders from its copy of who holds one and a
+// per-goods sale's units from its copy of who holds how many (holders-copies.ts), so a crowd's
+// joins, ticket requests and page loads do not each ask it.
 // Until the copies are there the shopper's statement answers (one indexed statement over SQL over
 // HTTP, no session). The object checks the allowlist again where the unit is taken, and
 // Postgres' unique index is the activity rule's final guard.
@@ -33,7 +34,7 @@ type CopiesSay = { listed: boolean; holding: Holding | null };
 
 /**
  * The isolate's copies' answer for the goods' rules: the allowlist's (allowlist-copies.ts) and
- * the activity's holders (activity-holders.ts); undefined when either the goods needs has none
+ * the activity's holders (holders-copies.ts); undefined when either the goods needs has none
  * that may answer yet. Both are asked, so each starts its load or renewal as needed.
  */
 function copiesSay(config: Config, goods: GoodsRow, userId: string, waitUntil: WaitUntil | undefined, now: number): CopiesSay | undefined {
@@ -44,10 +45,10 @@ function copiesSay(config: Config, goods: GoodsRow, userId: string, waitUntil: W
 
 /**
  * A shopper's standing, without Postgres where the isolate's copies can give it: an `activity`
- * goods' holders copy knows the units the shopper holds (their one live order of the activity);
- * of a per-goods sale no copy does, but nobody holds a unit of a goods whose sale has not
- * started and whose stock is whole (its object refuses a purchase before the start). Undefined
- * otherwise (a per-goods sale under way, a copy missing): the caller asks Postgres.
+ * goods' holders copy knows the units the shopper holds (their one live order of the activity),
+ * a per-goods sale's the sum of theirs; nobody holds a unit of a goods whose sale has not
+ * started and whose stock is whole (its object refuses a purchase before the start), so its
+ * copy is not read then. Undefined where a copy it needs is missing: the caller asks Postgres.
  */
 export function standingAtEdge(
   config: Config,
@@ -68,12 +69,26 @@ export function standingAtEdge(
       elsewhere: holding !== null && holding.goodsId !== goods.id,
     };
   }
-  return now < goods.startAt.getTime() && goods.stock === goods.totalStock ? listedOnly(say.listed) : undefined;
+  if (now < goods.startAt.getTime() && goods.stock === goods.totalStock) {
+    return listedOnly(say.listed);
+  }
+  const held = unitsHeldAtEdge(config, goods.id, userId, waitUntil, now);
+  return held === undefined ? undefined : { listed: say.listed, held, elsewhere: false };
 }
 
-/** The page's standing of a shopper: from the isolate's copies where they tell it all, else Postgres' statement. */
-export async function pageStanding(config: Config, goods: GoodsRow, userId: string, waitUntil: WaitUntil | undefined): Promise<Standing> {
-  const atEdge = standingAtEdge(config, goods, userId, waitUntil);
+/**
+ * The page's standing of a shopper: from the isolate's copies where they tell it all, else (or
+ * when `fresh`: the shopper's own order just changed, which the copies may not have yet)
+ * Postgres' statement.
+ */
+export async function pageStanding(
+  config: Config,
+  goods: GoodsRow,
+  userId: string,
+  waitUntil: WaitUntil | undefined,
+  fresh = false,
+): Promise<Standing> {
+  const atEdge = fresh ? undefined : standingAtEdge(config, goods, userId, waitUntil);
   countCheck(goods, atEdge !== undefined);
   return atEdge ?? (await shopperStanding(httpDb(dbOptions(config)), goods, userId));
 }

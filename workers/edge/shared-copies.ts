@@ -14,7 +14,7 @@ import { count } from '../metrics/registry';
 // no cache (on a workers.dev subdomain the Cache API keeps nothing).
 
 /** The edge's copies, as the metrics name them. */
-export type CopyName = 'goods_list' | 'page_stock' | 'allowlist' | 'activity_holders';
+export type CopyName = 'goods_list' | 'page_stock' | 'allowlist' | 'activity_holders' | 'goods_holders';
 /** Where a renewal of a copy came from: the data center's copy, the source itself, or nowhere. */
 export type RenewalSource = 'data_center' | 'postgres' | 'mirror' | 'objects' | 'failed';
 

@@ -83,6 +83,11 @@ export const RequestParam = z.object({ requestId: RequestId });
 /** `?wait=N`: hold a QUEUED answer up to N seconds for the final one (0, the default, answers at once). */
 export const ResultQuery = z.object({ wait: z.coerce.number().int().min(0).max(MAX_RESULT_WAIT_SECONDS).default(0) });
 /**
+ * `?fresh=1`: the eligibility answered by Postgres itself, not the edge's copies a second or two
+ * behind it (the page asks so right after the shopper's own order changed).
+ */
+export const EligibilityQuery = z.object({ fresh: z.enum(['0', '1']).default('0') });
+/**
  * A hidden path (workers/edge/signed.ts): the goods id, a dot and 32 characters of HMAC, or the
  * HMAC alone as paths were issued before they named their goods.
  */

@@ -37,11 +37,11 @@ export const COUNTERS = {
     labels: ['goods_id'],
   },
   seckill_edge_copy_renewals_total: {
-    help: "Renewals of the edge's copies (goods_list, page_stock, allowlist, activity_holders) by where they came from: data_center (the copy another isolate of the data center left), postgres, mirror or objects (the source itself), failed (no source answered). Per data center a source should hear about one renewal a second per copy (the goods list, a goods page's stock, an activity's holders) and one load a version per allowlist, whatever the crowd.",
+    help: "Renewals of the edge's copies (goods_list, page_stock, allowlist, activity_holders, goods_holders) by where they came from: data_center (the copy another isolate of the data center left), postgres, mirror or objects (the source itself), failed (no source answered). Per data center a source should hear about one renewal a second per copy (the goods list, a goods page's stock, an activity's or a per-goods sale's holders) and one load a version per allowlist, whatever the crowd.",
     labels: ['copy', 'source'],
   },
   seckill_edge_rule_checks_total: {
-    help: "A sale's rules checked at the edge (at the waiting room's join, the token and the page's eligibility), by rule (allowlist, activity, allowlist_activity, or units_held: a per-goods sale's units, on the page) and by what answered: edge (the isolate's copies, or a sale not started, where nobody holds a unit) or postgres (a statement: an isolate whose copies are not there yet, or a per-goods sale under way).",
+    help: "A sale's rules checked at the edge (at the waiting room's join, the token and the page's eligibility), by rule (allowlist, activity, allowlist_activity, or units_held: a per-goods sale's units, on the page) and by what answered: edge (the isolate's copies, or a sale not started, where nobody holds a unit) or postgres (a statement: an isolate whose copies are not there yet, or over their bound).",
     labels: ['rule', 'answered_by'],
   },
   seckill_reconcile_runs_total: {

@@ -22,6 +22,8 @@ export function pickable(perUserLimit: number | undefined, held: number | undefi
  */
 export class RulesView {
   private checked: string | undefined;
+  /** The next check follows the shopper's own order change: asked of Postgres, not the edge's copies a second behind it. */
+  private fresh = false;
   private eligible: boolean | undefined;
   private held: number | undefined;
   private readonly els = {
@@ -73,6 +75,7 @@ export class RulesView {
   /** The shopper's order changed (placed, read, cancelled) or a purchase hit the limit: ask again what they hold. */
   recount(): void {
     this.checked = undefined;
+    this.fresh = true;
     this.update();
   }
 
@@ -82,7 +85,8 @@ export class RulesView {
     const asks = g?.eligibility === 'allowlist' || this.limit() > 1;
     if (asks && session && this.checked !== session.userId) {
       this.checked = session.userId;
-      void this.check(session.userId, session.token);
+      void this.check(session.userId, session.token, this.fresh);
+      this.fresh = false;
     }
     if (!session) {
       this.checked = undefined;
@@ -92,8 +96,9 @@ export class RulesView {
     this.render();
   }
 
-  private async check(userId: string, token: string): Promise<void> {
-    const res = await callJson(`/api/seckill/goods/${this.view.goodsId}/eligibility`, Eligibility, { auth: token });
+  private async check(userId: string, token: string, fresh: boolean): Promise<void> {
+    const query = fresh ? '?fresh=1' : '';
+    const res = await callJson(`/api/seckill/goods/${this.view.goodsId}/eligibility${query}`, Eligibility, { auth: token });
     if (this.ctx.session()?.userId !== userId) {
       return;
     }

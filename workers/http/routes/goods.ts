@@ -4,9 +4,11 @@ import { currentGoods } from '../../edge/goods-cache';
 import { goodsView } from '../../edge/goods-view';
 import { noteStock } from '../../edge/sold-out';
 import { readRemaining } from '../../edge/stock-reads';
+import { EligibilityQuery } from '../../kernel/http-bodies';
 import { type AppEnv, waitUntilOf } from '../context';
 import { goodsInPath, loadGoods } from '../middleware/goods';
 import { shopperAuth } from '../middleware/shopper-auth';
+import { valid } from '../middleware/validate';
 
 /** The goods pages: the list and one goods, stock from the mirror (or the object when it lacks it). */
 export const goods = new Hono<AppEnv>()
@@ -29,13 +31,15 @@ export const goods = new Hono<AppEnv>()
 
   // What the page tells a shopper before the sale: may they buy, how many, how many they hold
   // (live orders in Postgres; a purchase still on its way there is not counted yet). The crowd's
-  // page loads are answered from the isolate's copies where they tell it all: an activity-scoped
-  // goods at any time, a per-goods sale before its start (nobody can hold a unit yet).
-  .get('/goods/:goodsId/eligibility', shopperAuth, goodsInPath, loadGoods, async (c) => {
+  // page loads are answered from the isolate's copies (allowlist-copies.ts, holders-copies.ts),
+  // a second or two behind Postgres, and Postgres answers a shopper only where a copy is missing,
+  // or when the page asks again right after the shopper's own order changed (`?fresh=1`).
+  .get('/goods/:goodsId/eligibility', shopperAuth, goodsInPath, valid('query', EligibilityQuery), loadGoods, async (c) => {
     const goods = c.get('goods'),
       userId = c.get('userId'),
       config = c.get('config');
-    const standing = await pageStanding(config, goods, userId, waitUntilOf(c));
+    const fresh = c.req.valid('query').fresh === '1';
+    const standing = await pageStanding(config, goods, userId, fresh ? undefined : waitUntilOf(c), fresh);
     const listed = goods.eligibility !== 'allowlist' || standing.listed;
     const elsewhere = goods.limitScope === 'activity' && standing.elsewhere;
     return c.json({ eligible: listed && !elsewhere, perUserLimit: goods.perUserLimit, held: standing.held });

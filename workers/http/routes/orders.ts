@@ -2,7 +2,7 @@ import { Hono } from 'hono';
 import { dbOptions, httpDb, withDbFor } from '../../../db/client';
 import { closePendingOrder, findOrder, type OrderRow } from '../../../db/lifecycle';
 import { createPayment, markPaymentFailed } from '../../../db/payments';
-import { forgetActivity } from '../../edge/activity-holders';
+import { forgetHoldersOf } from '../../edge/holders-copies';
 import { placementOf } from '../../edge/placements';
 import { releaseOrRepair } from '../../edge/release';
 import { enqueueDeliveries } from '../../edge/webhooks';
@@ -134,11 +134,9 @@ export const orders = new Hono<AppEnv>()
     }
     // The shop hears of it after the answer (a lost send is re-sent by the cron).
     c.executionCtx.waitUntil(enqueueDeliveries(c.env, result.webhookIds));
-    if (result.order.limitScope === 'activity') {
-      // The shopper may buy in the activity again at once, here and in this data center (whatever
-      // the release below meets); elsewhere within the copies' renewal.
-      await forgetActivity(config, result.order.activityId);
-    }
+    // The shopper may buy in the activity or goods again at once, and the page says so, here and
+    // in this data center (whatever the release below meets); elsewhere within the copies' renewal.
+    await forgetHoldersOf(config, result.order);
     // Postgres has the unit back already; the goods' object gets it now, or from the queue later.
     await releaseOrRepair(c.env, await placementOf(http, order.goodsId), result.order);
     return c.json(orderView(result.order));

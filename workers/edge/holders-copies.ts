@@ -1,26 +1,30 @@
-import { type HolderChange, readActivityHolders } from '../../db/activity-holders';
 import { dbOptions, httpDb } from '../../db/client';
+import { type HolderChange, type HoldersRead, readActivityHolders, readGoodsHolders } from '../../db/holders';
+import type { SqlExecutor } from '../../db/orders';
 import type { Config } from '../kernel/config';
 import { log } from '../kernel/log';
 import { fingerprint, fingerprintIndex } from './allowlist-copies';
 import type { WaitUntil } from './group-commit';
-import { countRenewal, dropShared, readSharedBytes, sharedKey, writeSharedBytes } from './shared-copies';
+import { type CopyName, countRenewal, dropShared, readSharedBytes, sharedKey, writeSharedBytes } from './shared-copies';
 
-// An `activity`-scoped sale's rule at the edge (one live order per shopper across the activity's
-// goods), so the crowd's joins, ticket requests and page loads do not each ask Postgres whether
-// the shopper holds an order of another goods. An isolate keeps, per activity, who holds a live
-// order: sorted 53-bit fingerprints of the user ids (as allowlist-copies.ts) and beside each the
-// goods and units of that order. A copy answers while its read is under ANSWER_MS old; from
-// RENEW_MS one request renews it in the background: from the data center's copy when another
-// isolate has read Postgres within RENEW_MS, else by reading the orders that changed since its
-// own read (an index on the activity and the change time; the whole list again every WHOLE_MS)
-// and leaving the result as the data center's copy. Postgres then hears about one read a second
-// per data center and activity, of the orders that changed, not one statement a shopper.
+// Who holds live orders, at the edge, so a crowd's requests do not each ask Postgres: of an
+// `activity`-scoped sale, the rule's one live order per shopper across the activity's goods (the
+// joins, ticket requests and page loads check it); of a per-goods sale under way, the units each
+// shopper holds (the page's eligibility tells them, and how many more they may buy). An isolate
+// keeps, per activity or goods, who holds what: sorted 53-bit fingerprints of the user ids (as
+// allowlist-copies.ts) and beside each the goods and units held (an activity's one order, a
+// goods' sum). A copy answers while its read is under ANSWER_MS old; from RENEW_MS one request
+// renews it in the background: from the data center's copy when another isolate has read
+// Postgres within RENEW_MS, else by reading what changed since its own read (an index on the
+// activity or goods and the change time; the whole list again every WHOLE_MS) and leaving the
+// result as the data center's copy. Postgres then hears about one read a second per data center
+// and activity or goods, of the orders that changed, not one statement a shopper.
 //
 // A copy is a second or two behind Postgres, which is itself behind the orders' queue: a shopper
 // it does not know of yet is let through as one the statement did not know of would be, and the
-// objects and Postgres' unique index settle it (one order, the other refused). While Postgres is
-// away (the renewals failing) a copy answers up to OUTAGE_ANSWER_MS old. Where the copy is
+// objects and Postgres' unique index settle it (one order, the other refused); a goods' page
+// shows a purchase a second or two after Postgres has it. While Postgres is away (the renewals
+// failing) a copy answers up to OUTAGE_ANSWER_MS old. Where the copy is
 // missing, too old or over MAX_HOLDERS, the shopper's statement answers.
 
 /** From this age a request renews its isolate's copy, in the background. */
@@ -40,9 +44,9 @@ const OVERLAP_MS = 2_000;
 const BASE_MS = 10_000;
 /** And at least this often, whatever the changes it may have missed (a change stamped by a clock far behind). */
 const WHOLE_MS = 60_000;
-/** Above this many holders an activity's shoppers ask Postgres each (the copy would be 16 MB in every isolate); looked at again after WHOLE_MS. */
+/** Above this many holders an activity's or goods' shoppers ask Postgres each (the copy would be 16 MB in every isolate); looked at again after WHOLE_MS. */
 const MAX_HOLDERS = 1_000_000;
-/** Holders an isolate keeps over all its activities; the copies renewed longest ago go first. */
+/** Holders an isolate keeps over all its copies; the copies renewed longest ago go first. */
 const MAX_KEPT_HOLDERS = 2_000_000;
 /** The data center keeps a copy this long (past BASE_MS no renewal builds on it, but while Postgres is away a new isolate answers from it). */
 const SHARED_KEEP_SECONDS = OUTAGE_ANSWER_MS / 1000;
@@ -53,7 +57,26 @@ const RENEWING = new Uint8Array([1]);
 /** Units are below this (a goods' `perUserLimit` is at most 100): a holding is goods × UNITS + units. */
 const UNITS = 128;
 
-/** A copy of an activity's holders. */
+/** What a copy is of: an activity's holders or a goods'. */
+type Scope = { copy: Extract<CopyName, 'activity_holders' | 'goods_holders'>; id: number };
+
+/** The copy's reader: an activity's orders, or a goods' shoppers' sums. */
+const READERS: Record<Scope['copy'], (db: SqlExecutor, id: number, since: number | null, max: number) => Promise<HoldersRead>> = {
+  activity_holders: readActivityHolders,
+  goods_holders: readGoodsHolders,
+};
+
+/** Where an isolate keeps a copy, per database. */
+function keyOf(config: Config, scope: Scope): string {
+  return `${config.databaseUrl}|${scope.copy}|${scope.id}`;
+}
+
+/** The data center's name for a copy. */
+function sharedName(config: Config, scope: Scope): Promise<string> {
+  return sharedKey(config.databaseUrl, `${scope.copy === 'activity_holders' ? 'activity' : 'goods'}-holders/${scope.id}`);
+}
+
+/** A copy of an activity's or goods' holders. */
 type Holders = {
   /** Postgres' clock at the read the copy is as of. */
   asOf: number;
@@ -67,15 +90,15 @@ type Holders = {
 };
 
 /**
- * What an isolate keeps of an activity: its copy, when a request last went to renew it, the read
+ * What an isolate keeps of an activity or goods: its copy, when a request last went to renew it, the read
  * time a copy must be after (an order cancelled here), and since when its renewals have failed
  * (0: the last one did not).
  */
 type Kept = { copy: Holders | undefined; renewingSince: number; notBefore: number; failingSince: number };
-/** Per database and activity, in the order their copies were last renewed. */
+/** Per database and activity or goods, in the order their copies were last renewed. */
 const kept = new Map<string, Kept>();
 
-/** What an isolate keeps of an activity before its first copy (or after a cancel at `notBefore`). */
+/** What an isolate keeps of an activity or goods before its first copy (or after a cancel at `notBefore`). */
 function nothingKept(notBefore = 0): Kept {
   return { copy: undefined, renewingSince: 0, notBefore, failingSince: 0 };
 }
@@ -96,7 +119,27 @@ export function holdingAtEdge(
   waitUntil: WaitUntil | undefined,
   now = Date.now(),
 ): Holding | null | undefined {
-  const key = `${config.databaseUrl}|${activityId}`;
+  return heldIn(config, { copy: 'activity_holders', id: activityId }, userId, waitUntil, now);
+}
+
+/**
+ * The units the shopper holds of a per-goods sale in live orders, from this isolate's copy (0 for
+ * none); undefined when the isolate has no copy that may answer, renewed as holdingAtEdge's.
+ */
+export function unitsHeldAtEdge(
+  config: Config,
+  goodsId: number,
+  userId: string,
+  waitUntil: WaitUntil | undefined,
+  now = Date.now(),
+): number | undefined {
+  const holding = heldIn(config, { copy: 'goods_holders', id: goodsId }, userId, waitUntil, now);
+  return holding === undefined ? undefined : holding?.goodsId === goodsId ? holding.quantity : 0;
+}
+
+/** The shopper's holding in the scope's copy (null: none; undefined: no copy that may answer), its renewal started as due. */
+function heldIn(config: Config, scope: Scope, userId: string, waitUntil: WaitUntil | undefined, now: number): Holding | null | undefined {
+  const key = keyOf(config, scope);
   let mine = kept.get(key);
   if (!mine) {
     mine = nothingKept();
@@ -110,7 +153,7 @@ export function holdingAtEdge(
     const renewing = mine;
     waitUntil(
       // Failed or done, the next may start a RENEW_MS after this one's start.
-      renew(config, activityId, key).then(
+      renew(config, scope, key).then(
         (renewed) => {
           if (renewed) {
             renewing.failingSince = 0;
@@ -120,7 +163,7 @@ export function holdingAtEdge(
           if (renewing.failingSince === 0) {
             // Once a stretch of failures: they come every second while Postgres is away.
             renewing.failingSince = Date.now();
-            log.warn('activity_holders.renew_failed', { activityId, error });
+            log.warn(`${scope.copy}.renew_failed`, { [scope.copy === 'activity_holders' ? 'activityId' : 'goodsId']: scope.id, error });
           }
         },
       ),
@@ -139,22 +182,22 @@ export function holdingAtEdge(
 }
 
 /**
- * Renews the activity's copy: the data center's when it is under RENEW_MS old; else, unless
+ * Renews the scope's copy: the data center's when it is under RENEW_MS old; else, unless
  * another isolate of the data center is reading Postgres for it (its mark), Postgres' changes
  * since the newest copy at hand (or the whole list), which then become the data center's copy.
  * True when the copy is now from a read within RENEW_MS; false when another isolate is reading;
  * a read that fails throws, after taking the data center's copy if it is newer than this
  * isolate's (a new isolate while Postgres is away answers from it).
  */
-async function renew(config: Config, activityId: number, key: string): Promise<boolean> {
-  const name = await sharedKey(config.databaseUrl, `activity-holders/${activityId}`);
+async function renew(config: Config, scope: Scope, key: string): Promise<boolean> {
+  const name = await sharedName(config, scope);
   const here = kept.get(key);
   const mine = here?.copy;
   // A copy read before an order was cancelled here is no base (the cancel may be older than its overlap reaches).
   const shared = usable(decode(await readSharedBytes(name)), here?.notBefore ?? 0);
   const base = shared && (!mine || shared.asOf > mine.asOf) ? shared : mine;
   if (base && base !== mine && Date.now() - base.at < RENEW_MS) {
-    countRenewal('activity_holders', 'data_center');
+    countRenewal(scope.copy, 'data_center');
     adopt(key, base);
     return true;
   }
@@ -167,14 +210,14 @@ async function renew(config: Config, activityId: number, key: string): Promise<b
   }
   await writeSharedBytes(mark, RENEWING, RENEWING_MARK_SECONDS);
   try {
-    const next = await readFromPostgres(config, activityId, base).catch((error: unknown) => {
-      countRenewal('activity_holders', 'failed');
+    const next = await readFromPostgres(config, scope, base).catch((error: unknown) => {
+      countRenewal(scope.copy, 'failed');
       if (base && base !== mine) {
         adopt(key, base);
       }
       throw error;
     });
-    countRenewal('activity_holders', 'postgres');
+    countRenewal(scope.copy, 'postgres');
     if (adopt(key, next)) {
       await writeSharedBytes(name, encode(next), SHARED_KEEP_SECONDS);
     }
@@ -185,31 +228,33 @@ async function renew(config: Config, activityId: number, key: string): Promise<b
 }
 
 /** The copy after Postgres' changes since `base` (when it is recent and whole-read within WHOLE_MS), else the whole list. */
-async function readFromPostgres(config: Config, activityId: number, base: Holders | undefined): Promise<Holders> {
+async function readFromPostgres(config: Config, scope: Scope, base: Holders | undefined): Promise<Holders> {
   const db = httpDb(dbOptions(config));
+  const read = (since: number | null) => READERS[scope.copy](db, scope.id, since, MAX_HOLDERS);
   const at = Date.now();
   if (base?.fingerprints && base.holdings && at - base.at < BASE_MS && base.asOf - base.wholeAt < WHOLE_MS) {
-    const read = await readActivityHolders(db, activityId, base.asOf - OVERLAP_MS, MAX_HOLDERS);
-    if (read.changes) {
-      const merged = applyChanges(base.fingerprints, base.holdings, read.changes);
+    const changed = await read(base.asOf - OVERLAP_MS);
+    if (changed.changes) {
+      const merged = applyChanges(base.fingerprints, base.holdings, changed.changes);
       if (merged.fingerprints.length <= MAX_HOLDERS) {
-        return { asOf: read.asOf, wholeAt: base.wholeAt, at, ...merged };
+        return { asOf: changed.asOf, wholeAt: base.wholeAt, at, ...merged };
       }
     }
   }
-  const read = await readActivityHolders(db, activityId, null, MAX_HOLDERS);
-  if (!read.changes) {
-    return { asOf: read.asOf, wholeAt: read.asOf, at, fingerprints: null, holdings: null };
+  const whole = await read(null);
+  if (!whole.changes) {
+    return { asOf: whole.asOf, wholeAt: whole.asOf, at, fingerprints: null, holdings: null };
   }
-  return { asOf: read.asOf, wholeAt: read.asOf, at, ...applyChanges(EMPTY, EMPTY, read.changes) };
+  return { asOf: whole.asOf, wholeAt: whole.asOf, at, ...applyChanges(EMPTY, EMPTY, whole.changes) };
 }
 
 const EMPTY = new Float64Array(0);
 
 /**
- * Sorted holders after `changes` (oldest first): a live order makes its shopper a holder of its
- * goods; an order no longer live ends its shopper's holding only if it was of that goods (the
- * shopper may have ordered again since, elsewhere).
+ * Sorted holders after `changes` (oldest first): a live change makes its shopper a holder of its
+ * goods' units; one no longer live ends its shopper's holding only if it was of that goods (in an
+ * activity the shopper may have ordered again since, elsewhere). Units above UNITS - 1 are kept as
+ * UNITS - 1 (a goods' limit is at most 100).
  */
 export function applyChanges(
   fingerprints: Float64Array,
@@ -221,7 +266,7 @@ export function applyChanges(
   for (const c of changes) {
     const fp = fingerprint(c.userId);
     if (c.live) {
-      changed.set(fp, c.goodsId * UNITS + c.quantity);
+      changed.set(fp, c.goodsId * UNITS + Math.min(c.quantity, UNITS - 1));
       continue;
     }
     let now = changed.get(fp);
@@ -262,7 +307,7 @@ export function applyChanges(
 }
 
 /**
- * Keeps `copy` as the activity's, unless it was read before an order cancelled here (`notBefore`)
+ * Keeps `copy` as the activity's or goods', unless it was read before an order cancelled here (`notBefore`)
  * or is older than the one kept; then drops the copies renewed longest ago while all of them hold
  * more than MAX_KEPT_HOLDERS. Whether it was kept.
  */
@@ -329,17 +374,19 @@ function decode(bytes: ArrayBuffer | undefined): Holders | undefined {
 }
 
 /**
- * Forgets the activity's copy here and in the data center (an order of it cancelled in this
- * request: its shopper may buy again at once), and keeps out any copy read before now, so the
- * shopper's next request asks Postgres until a renewal after the cancel.
+ * Forgets the copy of the order's activity (`activity` scope) or goods here and in the data
+ * center (the order cancelled in this request: its shopper may buy again at once), and keeps out
+ * any copy read before now, so the shopper's next request asks Postgres until a renewal after the
+ * cancel.
  */
-export async function forgetActivity(config: Config, activityId: number): Promise<void> {
-  const key = `${config.databaseUrl}|${activityId}`;
-  kept.set(key, nothingKept(Date.now()));
-  await dropShared(await sharedKey(config.databaseUrl, `activity-holders/${activityId}`));
+export async function forgetHoldersOf(config: Config, order: { limitScope: string; activityId: number; goodsId: number }): Promise<void> {
+  const scope: Scope =
+    order.limitScope === 'activity' ? { copy: 'activity_holders', id: order.activityId } : { copy: 'goods_holders', id: order.goodsId };
+  kept.set(keyOf(config, scope), nothingKept(Date.now()));
+  await dropShared(await sharedName(config, scope));
 }
 
 /** Forgets this isolate's copies (tests: an isolate that has not read any). */
-export function forgetActivityHolders(): void {
+export function forgetHoldersCopies(): void {
   kept.clear();
 }
