@@ -16,7 +16,7 @@ import {
   orderMessages,
 } from './lib/bench/consumer.ts';
 import type { BenchContext } from './lib/bench/context.ts';
-import { allowlistJoinPhases, goodsPagePhase, journeyRoutesPhase } from './lib/bench/crowd-phases.ts';
+import { allowlistJoinPhases, eligibilityViewsPhase, goodsPagePhase, journeyRoutesPhase } from './lib/bench/crowd-phases.ts';
 import { heldReadsPhase } from './lib/bench/held-reads.ts';
 import { benchInvariants } from './lib/bench/invariants.ts';
 import { benchSecrets, shopperMinter } from './lib/bench/mint.ts';
@@ -193,6 +193,7 @@ async function bench(o: BenchOptions) {
     const floor = combinePhases(floorBefore, floorAfter);
     const goodsPage = await goodsPagePhase(ctx, GOODS_PAGE_SHARDS);
     const allowlistJoins = await allowlistJoinPhases(ctx);
+    const eligibilityViews = await eligibilityViewsPhase(ctx);
     const journeyRoutes = await journeyRoutesPhase(ctx, floor.rps);
 
     say(`Consumer: ${fmt(o.consumerMessages)} orders straight to the order queue...`);
@@ -304,6 +305,7 @@ async function bench(o: BenchOptions) {
       shards: sharded?.result ?? null,
       goodsPage,
       allowlistJoins,
+      eligibilityViews,
       journeyRoutes: journeyRoutes.result,
       queue: line?.result ?? null,
       heldReads: heldReads?.result ?? null,

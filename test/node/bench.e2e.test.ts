@@ -35,6 +35,7 @@ type Result = {
   soldOut: Phase & { ratioToFloor: number };
   goodsPage: Phase & { shards: number; stockCallsPerView: number; durationS: number };
   allowlistJoins: (Phase & { limitScope: 'goods' | 'activity'; sqlPerJoin: number })[];
+  eligibilityViews: Phase & { shoppers: number; sqlPerView: number };
   journeyRoutes: { routes: (Phase & { route: string; cpuUsPerRequest: number | null })[]; cpuUsPerJourney: number | null };
   consumer: {
     ordersPerSec: number;
@@ -237,6 +238,11 @@ describe('npm run bench', () => {
     }
     expect(byActivity?.sqlPerJoin).toBeLessThan(0.25);
     expect(byGoods?.sqlPerJoin).toBeLessThan(0.25);
+
+    // Page loads of a sale under way: the units each shopper holds from the isolate's copy, once it has loaded.
+    expect(Object.keys(latest.eligibilityViews.outcomes)).toEqual(['200']);
+    expect(latest.eligibilityViews.requests).toBeGreaterThan(100);
+    expect(latest.eligibilityViews.sqlPerView).toBeLessThan(0.25);
 
     // A journey by route under the crowd: each step's shoppers answered, the purchases accepted,
     // the CPU a request read for each route and summed.

@@ -70,6 +70,35 @@ export async function allowlistJoinPhases(c: BenchContext): Promise<AllowlistJoi
   return out;
 }
 
+/** Page loads of a per-goods sale under way: what telling each shopper the units they hold costs Postgres. */
+export type EligibilityViews = PhaseResult & {
+  shoppers: number;
+  /** SQL-over-HTTP requests a page load, at the local bridge (one a shopper where the statement answers). */
+  sqlPerView: number;
+};
+
+/**
+ * The page's eligibility (`GET .../eligibility`: may the shopper buy, and how many units they
+ * hold) of a sale of three units a shopper under way, by INVITED shoppers in turn: answered from
+ * the isolate's copy of who holds how many (renewed every second in the background), where each
+ * load had been a Postgres statement.
+ */
+export async function eligibilityViewsPhase(c: BenchContext): Promise<EligibilityViews> {
+  const durationS = Math.min(c.o.durationS, 5);
+  c.say(`Page eligibility: GET /api/seckill/goods/:goodsId/eligibility of a sale under way by ${INVITED} shoppers for ${durationS} s...`);
+  const goods = await saleGoods(c, 'page eligibility', 1_000, { perUserLimit: 3 });
+  const users = await c.minter.users('viewer', INVITED);
+  let i = 0;
+  const next = (): PhaseRequest => {
+    const u = users[i++ % users.length] as (typeof users)[number];
+    return { method: 'GET', path: `/api/seckill/goods/${goods.goodsId}/eligibility`, headers: { authorization: `Bearer ${u.jwt}` } };
+  };
+  const sqlBefore = await c.sqlRequests();
+  const result = await c.phase({ next, durationS });
+  const sql = (await c.sqlRequests()) - sqlBefore;
+  return { ...result, shoppers: INVITED, sqlPerView: round(sql / Math.max(1, result.requests), 4) };
+}
+
 /** One route of a shopper's journey, measured at load on its own. */
 export type RoutePhase = PhaseResult & { route: string };
 

@@ -5,7 +5,7 @@ import { RESULT_WAIT_SECONDS } from '../../../web/src/shopper/pacing.ts';
 import type { ObjectCallCounts } from '../../../workers/kernel/object-calls.ts';
 import { fmt, table } from '../load/metrics.ts';
 import type { ClassicRun } from './classic/index.ts';
-import type { AllowlistJoins, GoodsPagePhase, JourneyRoutes } from './crowd-phases.ts';
+import type { AllowlistJoins, EligibilityViews, GoodsPagePhase, JourneyRoutes } from './crowd-phases.ts';
 import type { HeldReadsPhase } from './held-reads.ts';
 import { MODEL_SHARDS, objectsPerGoods, TARGET_PURCHASES_PER_SEC } from './model.ts';
 import { purchasesPerStockCall } from './objects.ts';
@@ -20,6 +20,8 @@ type Extras = {
   /** Absent in results of runs before the phase. */
   goodsPage?: GoodsPagePhase;
   allowlistJoins?: AllowlistJoins[];
+  /** Absent in results of runs before the phase. */
+  eligibilityViews?: EligibilityViews;
   journeyRoutes?: JourneyRoutes;
   queue: QueuePhase | null;
   /** Absent in results of runs before the phase. */
@@ -139,6 +141,18 @@ export function formatExtras(r: Extras): string[] {
       fmt(j.p99Ms),
       `${fmt(j.sqlPerJoin, 4)} Postgres requests a join, ${fmt(j.invited)} invited (` +
         `${j.limitScope === 'goods' ? "the list from the isolate's copy" : "the list and the activity's holders from the isolate's copies"})`,
+    ]);
+  }
+  const e = r.eligibilityViews;
+  if (e) {
+    rows.push([
+      'page eligibility, a sale under way',
+      fmt(e.requests),
+      fmt(e.rps),
+      fmt(e.p50Ms),
+      fmt(e.p90Ms),
+      fmt(e.p99Ms),
+      `${fmt(e.sqlPerView, 4)} Postgres requests a page load, ${fmt(e.shoppers)} shoppers (the units each holds from the isolate's copy)`,
     ]);
   }
   for (const route of r.journeyRoutes?.routes ?? []) {
