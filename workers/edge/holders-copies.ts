@@ -46,6 +46,14 @@ const BASE_MS = 10_000;
 const WHOLE_MS = 60_000;
 /** Above this many holders an activity's or goods' shoppers ask Postgres each (the copy would be 16 MB in every isolate); looked at again after WHOLE_MS. */
 const MAX_HOLDERS = 1_000_000;
+/**
+ * A goods' copy is read from nothing (or from a base too old for the changes: a whole read) only
+ * once the isolate has been asked this many times within DEMAND_WINDOW_MS: a page loaded now and
+ * then (after the sale, a goods nobody watches) is cheaper answered by its statements than by a
+ * whole read of its holders a load. An activity's rule is asked by a sale's crowd: read at once.
+ */
+export const LOAD_AFTER_ASKS = 10;
+const DEMAND_WINDOW_MS = 5_000;
 /** Holders an isolate keeps over all its copies; the copies renewed longest ago go first. */
 const MAX_KEPT_HOLDERS = 2_000_000;
 /** The data center keeps a copy this long (past BASE_MS no renewal builds on it, but while Postgres is away a new isolate answers from it). */
@@ -90,17 +98,17 @@ type Holders = {
 };
 
 /**
- * What an isolate keeps of an activity or goods: its copy, when a request last went to renew it, the read
- * time a copy must be after (an order cancelled here), and since when its renewals have failed
- * (0: the last one did not).
+ * What an isolate keeps of an activity or goods: its copy, when a request last went to renew it,
+ * the read time a copy must be after (an order cancelled here), since when its renewals have
+ * failed (0: the last one did not), and the asks counted toward a whole read (LOAD_AFTER_ASKS).
  */
-type Kept = { copy: Holders | undefined; renewingSince: number; notBefore: number; failingSince: number };
+type Kept = { copy: Holders | undefined; renewingSince: number; notBefore: number; failingSince: number; asks: number; asksSince: number };
 /** Per database and activity or goods, in the order their copies were last renewed. */
 const kept = new Map<string, Kept>();
 
 /** What an isolate keeps of an activity or goods before its first copy (or after a cancel at `notBefore`). */
 function nothingKept(notBefore = 0): Kept {
-  return { copy: undefined, renewingSince: 0, notBefore, failingSince: 0 };
+  return { copy: undefined, renewingSince: 0, notBefore, failingSince: 0, asks: 0, asksSince: 0 };
 }
 
 /** A shopper's live order in an activity, as a copy has it. */
@@ -148,7 +156,7 @@ function heldIn(config: Config, scope: Scope, userId: string, waitUntil: WaitUnt
   const copy = mine.copy;
   // A copy too large to keep is looked at again only every WHOLE_MS: each look reads the whole list.
   const renewAfter = copy && !copy.fingerprints ? WHOLE_MS : RENEW_MS;
-  if (waitUntil && (!copy || now - copy.at >= renewAfter) && now - mine.renewingSince >= RENEW_MS) {
+  if (waitUntil && (!copy || now - copy.at >= renewAfter) && now - mine.renewingSince >= RENEW_MS && worthReading(mine, scope, now)) {
     mine.renewingSince = now;
     const renewing = mine;
     waitUntil(
@@ -179,6 +187,19 @@ function heldIn(config: Config, scope: Scope, userId: string, waitUntil: WaitUnt
   }
   const holding = copy.holdings[i] as number;
   return { goodsId: Math.floor(holding / UNITS), quantity: holding % UNITS };
+}
+
+/** Whether a renewal due is worth its read: one from a recent base, or an activity's, or a goods' whose page is busy here (LOAD_AFTER_ASKS). */
+function worthReading(mine: Kept, scope: Scope, now: number): boolean {
+  if (scope.copy === 'activity_holders' || (mine.copy?.fingerprints && now - mine.copy.at < BASE_MS)) {
+    return true;
+  }
+  if (now - mine.asksSince >= DEMAND_WINDOW_MS) {
+    mine.asksSince = now;
+    mine.asks = 0;
+  }
+  mine.asks++;
+  return mine.asks >= LOAD_AFTER_ASKS;
 }
 
 /**
