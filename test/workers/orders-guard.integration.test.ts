@@ -1,6 +1,7 @@
 import { env } from 'cloudflare:workers';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ADMIN, bearer, buyOrder, call, createGoods, devToken, json, paymentCallback, restoreLimits, setLimits, settled } from './helpers';
+import { createRulesGoods } from './rules-helpers';
 
 // The order routes are shopper routes like the sale's: the shield, the exact limits and the
 // bans apply there too (counted on their own, so reading an order never eats the purchase
@@ -59,6 +60,22 @@ describe('order routes behind the shield, limits and bans', () => {
       headers: { ...bearer(jwt), 'cf-connecting-ip': '198.51.100.70' },
     });
     expect(challenge.status).toBe(200);
+  });
+
+  it("counts the page's fresh eligibility asks as order reads; its plain loads, answered at the edge, not", async () => {
+    const { goodsId } = await createRulesGoods({ stock: 5, perUserLimit: 3 });
+    const jwt = await devToken('og-fresh');
+    const eligibility = (query: string) =>
+      call(`/api/seckill/goods/${goodsId}/eligibility${query}`, { headers: { ...bearer(jwt), 'cf-connecting-ip': '198.51.100.71' } });
+    vi.useFakeTimers({ toFake: ['Date'], now: Date.now() + 2_000 });
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      statuses.push((await eligibility('?fresh=1')).status);
+    }
+    expect(statuses).toEqual([200, 200, 200, 429, 429]);
+    for (let i = 0; i < 5; i++) {
+      expect((await eligibility('')).status).toBe(200);
+    }
   });
 
   it('refuses a banned address and a banned shopper on every order route, and bans one that hammers them', async () => {

@@ -7,6 +7,7 @@ import { readRemaining } from '../../edge/stock-reads';
 import { EligibilityQuery } from '../../kernel/http-bodies';
 import { type AppEnv, waitUntilOf } from '../context';
 import { goodsInPath, loadGoods } from '../middleware/goods';
+import { admitSale } from '../middleware/sale-limits';
 import { shopperAuth } from '../middleware/shopper-auth';
 import { valid } from '../middleware/validate';
 
@@ -39,6 +40,10 @@ export const goods = new Hono<AppEnv>()
       userId = c.get('userId'),
       config = c.get('config');
     const fresh = c.req.valid('query').fresh === '1';
+    if (fresh) {
+      // Postgres' own answer reads the shopper's orders: counted as an order read (per shopper and address).
+      await admitSale(c, 'order');
+    }
     const standing = await pageStanding(config, goods, userId, fresh ? undefined : waitUntilOf(c), fresh);
     const listed = goods.eligibility !== 'allowlist' || standing.listed;
     const elsewhere = goods.limitScope === 'activity' && standing.elsewhere;
