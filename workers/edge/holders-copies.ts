@@ -44,7 +44,10 @@ const OVERLAP_MS = 2_000;
 const BASE_MS = 10_000;
 /** And at least this often, whatever the changes it may have missed (a change stamped by a clock far behind). */
 const WHOLE_MS = 60_000;
-/** Above this many holders an activity's or goods' shoppers ask Postgres each (the copy would be 16 MB in every isolate); looked at again after WHOLE_MS. */
+/**
+ * Above this many holders an activity's or goods' shoppers ask Postgres each (the copy would be
+ * 16 MB in every isolate); looked at again after WHOLE_MS.
+ */
 const MAX_HOLDERS = 1_000_000;
 /**
  * A goods' copy is read from nothing (or from a base too old for the changes: a whole read) only
@@ -189,7 +192,10 @@ function heldIn(config: Config, scope: Scope, userId: string, waitUntil: WaitUnt
   return { goodsId: Math.floor(holding / UNITS), quantity: holding % UNITS };
 }
 
-/** Whether a renewal due is worth its read: one from a recent base, or an activity's, or a goods' whose page is busy here (LOAD_AFTER_ASKS). */
+/**
+ * Whether a renewal due is worth its read: one from a recent base, an activity's, or a goods'
+ * whose page is busy here (LOAD_AFTER_ASKS).
+ */
 function worthReading(mine: Kept, scope: Scope, now: number): boolean {
   if (scope.copy === 'activity_holders' || (mine.copy?.fingerprints && now - mine.copy.at < BASE_MS)) {
     return true;
