@@ -10,7 +10,7 @@ import type { SqlExecutor } from './orders';
 /**
  * A change as a copy learns it: whose, of which goods, how many units, and whether it is live
  * (pending or paid). An activity's changes are its orders, oldest change first; a goods' are its
- * shoppers' sums of live units now (live: any).
+ * shoppers' sums of live units now (live: some held).
  */
 export type HolderChange = { userId: string; goodsId: number; quantity: number; live: boolean };
 

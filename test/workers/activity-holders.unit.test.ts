@@ -1,4 +1,4 @@
-// The edge's copy of who holds a live order of an activity (workers/edge/holders-copies.ts; a
+// The edge's copy of who holds a live order of an activity (workers/edge/holders-merge.ts; a
 // goods' copy merges its shoppers' sums the same way)
 // after a read of the orders that changed: whatever the changes and wherever a renewal splits
 // them, the copy is the holders a replay of every change gives, sorted for its binary search.
@@ -6,7 +6,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { HolderChange } from '../../db/holders';
 import { fingerprint } from '../../workers/edge/allowlist-copies';
-import { applyChanges } from '../../workers/edge/holders-copies';
+import { applyChanges } from '../../workers/edge/holders-merge';
 
 const EMPTY: Float64Array = new Float64Array(0);
 

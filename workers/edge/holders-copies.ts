@@ -5,6 +5,7 @@ import type { Config } from '../kernel/config';
 import { log } from '../kernel/log';
 import { fingerprint, fingerprintIndex } from './allowlist-copies';
 import type { WaitUntil } from './group-commit';
+import { applyChanges, decode, EMPTY, encode, type Holders, UNITS } from './holders-merge';
 import { type CopyName, countRenewal, dropShared, readSharedBytes, sharedKey, writeSharedBytes } from './shared-copies';
 
 // Who holds live orders, at the edge, so a crowd's requests do not each ask Postgres: of an
@@ -65,8 +66,6 @@ const SHARED_KEEP_SECONDS = OUTAGE_ANSWER_MS / 1000;
 const RENEWING_MARK_SECONDS = 5;
 /** The body of a renewing mark (only its presence is read). */
 const RENEWING = new Uint8Array([1]);
-/** Units are below this (a goods' `perUserLimit` is at most 100): a holding is goods × UNITS + units. */
-const UNITS = 128;
 
 /** What a copy is of: an activity's holders or a goods'. */
 type Scope = { copy: Extract<CopyName, 'activity_holders' | 'goods_holders'>; id: number };
@@ -86,19 +85,6 @@ function keyOf(config: Config, scope: Scope): string {
 function sharedName(config: Config, scope: Scope): Promise<string> {
   return sharedKey(config.databaseUrl, `${scope.copy === 'activity_holders' ? 'activity' : 'goods'}-holders/${scope.id}`);
 }
-
-/** A copy of an activity's or goods' holders. */
-type Holders = {
-  /** Postgres' clock at the read the copy is as of. */
-  asOf: number;
-  /** Postgres' clock at the last whole read it builds on. */
-  wholeAt: number;
-  /** The reading isolate's clock at that read: the copy's age. */
-  at: number;
-  /** Sorted fingerprints of the holders, and at the same index their holding; null: too many to keep. */
-  fingerprints: Float64Array | null;
-  holdings: Float64Array | null;
-};
 
 /**
  * What an isolate keeps of an activity or goods: its copy, when a request last went to renew it,
@@ -145,7 +131,7 @@ export function unitsHeldAtEdge(
   now = Date.now(),
 ): number | undefined {
   const holding = heldIn(config, { copy: 'goods_holders', id: goodsId }, userId, waitUntil, now);
-  return holding === undefined ? undefined : holding?.goodsId === goodsId ? holding.quantity : 0;
+  return holding === undefined ? undefined : (holding?.quantity ?? 0);
 }
 
 /** The shopper's holding in the scope's copy (null: none; undefined: no copy that may answer), its renewal started as due. */
@@ -275,64 +261,6 @@ async function readFromPostgres(config: Config, scope: Scope, base: Holders | un
   return { asOf: whole.asOf, wholeAt: whole.asOf, at, ...applyChanges(EMPTY, EMPTY, whole.changes) };
 }
 
-const EMPTY = new Float64Array(0);
-
-/**
- * Sorted holders after `changes` (oldest first): a live change makes its shopper a holder of its
- * goods' units; one no longer live ends its shopper's holding only if it was of that goods (in an
- * activity the shopper may have ordered again since, elsewhere). Units above UNITS - 1 are kept as
- * UNITS - 1 (a goods' limit is at most 100).
- */
-export function applyChanges(
-  fingerprints: Float64Array,
-  holdings: Float64Array,
-  changes: readonly HolderChange[],
-): { fingerprints: Float64Array; holdings: Float64Array } {
-  // Each changed shopper's holding after the changes (0: none).
-  const changed = new Map<number, number>();
-  for (const c of changes) {
-    const fp = fingerprint(c.userId);
-    if (c.live) {
-      changed.set(fp, c.goodsId * UNITS + Math.min(c.quantity, UNITS - 1));
-      continue;
-    }
-    let now = changed.get(fp);
-    if (now === undefined) {
-      const i = fingerprintIndex(fingerprints, fp);
-      now = i < 0 ? 0 : (holdings[i] as number);
-    }
-    if (now !== 0 && Math.floor(now / UNITS) === c.goodsId) {
-      changed.set(fp, 0);
-    }
-  }
-  // One walk over the holders and the changed shoppers, both sorted: a Map lookup per change only.
-  const moved = Float64Array.from(changed.keys()).sort();
-  const outFp = new Float64Array(fingerprints.length + moved.length);
-  const outHolding = new Float64Array(fingerprints.length + moved.length);
-  let i = 0,
-    j = 0,
-    k = 0;
-  while (i < fingerprints.length || j < moved.length) {
-    const held = i < fingerprints.length ? (fingerprints[i] as number) : Number.POSITIVE_INFINITY;
-    const next = j < moved.length ? (moved[j] as number) : Number.POSITIVE_INFINITY;
-    if (held < next) {
-      outFp[k] = held;
-      outHolding[k++] = holdings[i++] as number;
-      continue;
-    }
-    const holding = changed.get(next) as number;
-    if (holding !== 0) {
-      outFp[k] = next;
-      outHolding[k++] = holding;
-    }
-    j++;
-    if (held === next) {
-      i++;
-    }
-  }
-  return { fingerprints: outFp.slice(0, k), holdings: outHolding.slice(0, k) };
-}
-
 /**
  * Keeps `copy` as the activity's or goods', unless it was read before an order cancelled here (`notBefore`)
  * or is older than the one kept; then drops the copies renewed longest ago while all of them hold
@@ -363,41 +291,6 @@ function adopt(key: string, copy: Holders): boolean {
 /** `copy` unless it was read at or before `notBefore` (an order cancelled in this isolate then). */
 function usable(copy: Holders | undefined, notBefore: number): Holders | undefined {
   return copy && copy.at > notBefore ? copy : undefined;
-}
-
-/** Header numbers of a copy's bytes: asOf, wholeAt, at, and the holders' count (-1: too many to keep). */
-const HEADER = 4;
-
-/** A copy as the data center keeps it: the header, the fingerprints, then the holdings (8 bytes each). */
-function encode(copy: Holders): Uint8Array {
-  const n = copy.fingerprints?.length ?? 0;
-  const out = new Float64Array(HEADER + 2 * n);
-  out.set([copy.asOf, copy.wholeAt, copy.at, copy.fingerprints ? n : -1]);
-  if (copy.fingerprints && copy.holdings) {
-    out.set(copy.fingerprints, HEADER);
-    out.set(copy.holdings, HEADER + n);
-  }
-  return new Uint8Array(out.buffer);
-}
-
-/** A copy from the data center's bytes (views on them, nothing copied); undefined for none or bytes of another shape. */
-function decode(bytes: ArrayBuffer | undefined): Holders | undefined {
-  if (!bytes || bytes.byteLength % 8 !== 0 || bytes.byteLength < HEADER * 8) {
-    return undefined;
-  }
-  const all = new Float64Array(bytes);
-  const [asOf = 0, wholeAt = 0, at = 0, n = 0] = all;
-  if (n >= 0 && all.length !== HEADER + 2 * n) {
-    return undefined;
-  }
-  const whole = n >= 0;
-  return {
-    asOf,
-    wholeAt,
-    at,
-    fingerprints: whole ? all.subarray(HEADER, HEADER + n) : null,
-    holdings: whole ? all.subarray(HEADER + n) : null,
-  };
 }
 
 /**

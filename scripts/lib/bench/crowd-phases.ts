@@ -57,15 +57,8 @@ export async function allowlistJoinPhases(c: BenchContext): Promise<AllowlistJoi
       goods.goodsId,
       users.map((u) => u.userId),
     );
-    let i = 0;
-    const next = (): PhaseRequest => {
-      const u = users[i++ % users.length] as (typeof users)[number];
-      return { method: 'POST', path: `/api/seckill/goods/${goods.goodsId}/queue`, headers: { authorization: `Bearer ${u.jwt}` } };
-    };
-    const sqlBefore = await c.sqlRequests();
-    const result = await c.phase({ next, durationS });
-    const sql = (await c.sqlRequests()) - sqlBefore;
-    out.push({ ...result, limitScope, invited: INVITED, sqlPerJoin: round(sql / Math.max(1, result.requests), 4) });
+    const { result, sqlPerRequest } = await shoppersInTurn(c, durationS, users, 'POST', `/api/seckill/goods/${goods.goodsId}/queue`);
+    out.push({ ...result, limitScope, invited: INVITED, sqlPerJoin: sqlPerRequest });
   }
   return out;
 }
@@ -88,15 +81,27 @@ export async function eligibilityViewsPhase(c: BenchContext): Promise<Eligibilit
   c.say(`Page eligibility: GET /api/seckill/goods/:goodsId/eligibility of a sale under way by ${INVITED} shoppers for ${durationS} s...`);
   const goods = await saleGoods(c, 'page eligibility', 1_000, { perUserLimit: 3 });
   const users = await c.minter.users('viewer', INVITED);
+  const { result, sqlPerRequest } = await shoppersInTurn(c, durationS, users, 'GET', `/api/seckill/goods/${goods.goodsId}/eligibility`);
+  return { ...result, shoppers: INVITED, sqlPerView: sqlPerRequest };
+}
+
+/** A phase of one route asked by the shoppers in turn, with the SQL-over-HTTP requests it cost a request at the bridge. */
+async function shoppersInTurn(
+  c: BenchContext,
+  durationS: number,
+  users: readonly { jwt: string }[],
+  method: PhaseRequest['method'],
+  path: string,
+): Promise<{ result: PhaseResult; sqlPerRequest: number }> {
   let i = 0;
   const next = (): PhaseRequest => {
-    const u = users[i++ % users.length] as (typeof users)[number];
-    return { method: 'GET', path: `/api/seckill/goods/${goods.goodsId}/eligibility`, headers: { authorization: `Bearer ${u.jwt}` } };
+    const u = users[i++ % users.length] as { jwt: string };
+    return { method, path, headers: { authorization: `Bearer ${u.jwt}` } };
   };
   const sqlBefore = await c.sqlRequests();
   const result = await c.phase({ next, durationS });
   const sql = (await c.sqlRequests()) - sqlBefore;
-  return { ...result, shoppers: INVITED, sqlPerView: round(sql / Math.max(1, result.requests), 4) };
+  return { result, sqlPerRequest: round(sql / Math.max(1, result.requests), 4) };
 }
 
 /** One route of a shopper's journey, measured at load on its own. */

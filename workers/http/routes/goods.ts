@@ -44,7 +44,7 @@ export const goods = new Hono<AppEnv>()
       // Postgres' own answer reads the shopper's orders: counted as an order read (per shopper and address).
       await admitSale(c, 'order');
     }
-    const standing = await pageStanding(config, goods, userId, fresh ? undefined : waitUntilOf(c), fresh);
+    const standing = await pageStanding(config, goods, userId, waitUntilOf(c), fresh);
     const listed = goods.eligibility !== 'allowlist' || standing.listed;
     const elsewhere = goods.limitScope === 'activity' && standing.elsewhere;
     return c.json({ eligible: listed && !elsewhere, perUserLimit: goods.perUserLimit, held: standing.held });
