@@ -17,8 +17,10 @@ export type WorkerServices = { databaseUrl: string; pgWsProxy: string; redisRest
  * The Worker test files that act on the whole database, not only on goods of their own: the
  * crons (the overdue sweep and the reconciliation run over every goods, at clocks hours ahead),
  * the shop's one webhook endpoint (which the outage test of the routes sets and removes too), the
- * dead-letter lists and re-drives, the admin routes fed hostile input, and the count of every
- * Postgres session the bridge opened. Each has a database of its own, whose goods ids start a
+ * dead-letter lists and re-drives, the admin routes fed hostile input, the count of every
+ * Postgres session the bridge opened, and the metrics scrape's gauges (they cover every goods on
+ * sale, and a file's first scrape on the shared database woke an object for each of the run's
+ * hundreds: 10-14 s a scrape late in a run). Each has a database of its own, whose goods ids start a
  * million times its place in this list after the run's first (they share the redis-server), so
  * they run beside the other files.
  */
@@ -29,6 +31,7 @@ export const OWN_DATABASE_FILES = [
   'hostile-input',
   'lifecycle-mixed',
   'lifecycle-orders',
+  'metrics-endpoint',
   'orders-guard',
   'outbox-resend',
   'reconcile-repair',
