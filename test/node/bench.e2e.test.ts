@@ -236,13 +236,17 @@ describe('npm run bench', () => {
     for (const joins of latest.allowlistJoins) {
       expect(Object.keys(joins.outcomes)).toEqual(['200']);
     }
-    expect(byActivity?.sqlPerJoin).toBeLessThan(0.25);
-    expect(byGoods?.sqlPerJoin).toBeLessThan(0.25);
+    // Postgres statements a request, counting the stack's own in the background (the crons, the
+    // copies of earlier phases renewing): about 1 where every request asks Postgres, a few
+    // hundredths in a full run, and up to a third in this short one on a busy machine.
+    const SQL_PER_REQUEST_AT_MOST = 0.5;
+    expect(byActivity?.sqlPerJoin).toBeLessThan(SQL_PER_REQUEST_AT_MOST);
+    expect(byGoods?.sqlPerJoin).toBeLessThan(SQL_PER_REQUEST_AT_MOST);
 
     // Page loads of a sale under way: the units each shopper holds from the isolate's copy, once it has loaded.
     expect(Object.keys(latest.eligibilityViews.outcomes)).toEqual(['200']);
     expect(latest.eligibilityViews.requests).toBeGreaterThan(100);
-    expect(latest.eligibilityViews.sqlPerView).toBeLessThan(0.25);
+    expect(latest.eligibilityViews.sqlPerView).toBeLessThan(SQL_PER_REQUEST_AT_MOST);
 
     // A journey by route under the crowd: each step's shoppers answered, the purchases accepted,
     // the CPU a request read for each route and summed.
