@@ -1,5 +1,5 @@
 import { dbOptions, httpDb } from '../../db/client';
-import { type HolderChange, type HoldersRead, readActivityHolders, readGoodsHolders } from '../../db/holders';
+import { type HoldersRead, readActivityHolders, readGoodsHolders } from '../../db/holders';
 import type { SqlExecutor } from '../../db/orders';
 import type { Config } from '../kernel/config';
 import { log } from '../kernel/log';
