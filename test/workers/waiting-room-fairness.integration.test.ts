@@ -46,7 +46,7 @@ describe('a fair start', () => {
     expect(await seedHashOf(revealed.seed ?? '')).toBe(committed.seedHash);
     expect(revealed.rule).toMatch(/SHA-256\(seed \|\| ticketId\)/);
 
-    // Everyone admitted, in rounds of at most 4.
+    // Everyone admitted, about 4 a second.
     const final = await eventually(async () => {
       const all = await Promise.all([...early, ...late].map((t) => ticketNow(goodsId, t.ticket)));
       return all.every((t) => t.state === 'ADMITTED') ? all : undefined;
@@ -72,7 +72,9 @@ describe('a fair start', () => {
     const roundOf = new Map(final.map((t) => [t.ticketId, t.round ?? -1]));
     const rounds = drawn.map((id) => roundOf.get(id) ?? -1);
     expect(rounds.every((r, i) => r >= 1 && (i === 0 || r >= (rounds[i - 1] ?? 0)))).toBe(true);
-    expect(new Set(rounds).size).toBeGreaterThanOrEqual(5);
+    // Over several rounds: a decision admits what the rate accrued since the one before, up to
+    // two ticks' worth (8), so a busy machine's late decisions make fewer, larger rounds.
+    expect(new Set(rounds).size).toBeGreaterThanOrEqual(Math.ceil(early.length / 8));
     const lastEarly = Math.max(...rounds);
     for (const t of finalLate) {
       expect((t.orderKey ?? '') > (byKey.length ? (finalEarly.find((e) => e.ticketId === byKey.at(-1))?.orderKey ?? '') : '')).toBe(true);
