@@ -9,6 +9,7 @@ import {
   LIVE_PROTOCOL,
   type LineView,
   liveUrl,
+  OPEN_TIMEOUT_MS,
   RECONNECT_MAX_MS,
   reconnectDelay,
   type SocketLike,
@@ -219,6 +220,35 @@ describe('waiting line', () => {
     await t.clock.advance(FALLBACK_POLL_MS);
     await expect(pending).resolves.toMatchObject({ status: 'FAIL', reason: 'ORDER_FAILED' });
     expect(t.calls.filter((c) => c === 'result r-9')).toHaveLength(2);
+  });
+
+  it('gives up a channel that neither opens nor closes, polls meanwhile, and tries again with backoff', async () => {
+    const t = setup();
+    t.line.start();
+    // The upgrade hangs: no open, no close.
+    await t.clock.advance(OPEN_TIMEOUT_MS - 1);
+    expect(t.sockets).toHaveLength(1);
+    expect(t.sockets[0]?.closed).toBe(false);
+    await t.clock.advance(1);
+    expect(t.sockets[0]?.closed).toBe(true);
+    expect(t.sockets[0]?.onclose).toBeNull();
+    // Given up as a drop: the next channel after 1 s, hanging too, and the ticket polled meanwhile.
+    await t.clock.advance(1_000);
+    expect(t.sockets).toHaveLength(2);
+    await t.clock.advance(FALLBACK_POLL_MS - 1_000);
+    expect(t.calls).toEqual(['ticket tk-1']);
+    await t.clock.advance(OPEN_TIMEOUT_MS - FALLBACK_POLL_MS + 1_000);
+    expect(t.sockets[1]?.closed).toBe(true);
+    // The third, 2 s later, opens: the polls stop, and an open channel is never given up.
+    await t.clock.advance(2_000);
+    expect(t.sockets).toHaveLength(3);
+    t.sockets[2]?.open();
+    expect(t.line.state.connected).toBe(true);
+    const polled = t.calls.length;
+    await t.clock.advance(120_000);
+    expect(t.sockets).toHaveLength(3);
+    expect(t.sockets[2]?.closed).toBe(false);
+    expect(t.calls).toHaveLength(polled);
   });
 
   it('stops everything on stop()', async () => {

@@ -14,6 +14,12 @@ export const LIVE_PROTOCOL = 'seckill-live';
 export const RECONNECT_MAX_MS = 15_000;
 /** While disconnected the ticket and a pending result are polled this often. */
 export const FALLBACK_POLL_MS = 5_000;
+/**
+ * How long a live channel may take to open before the line gives it up as a drop and tries
+ * again with backoff: a socket that neither opens nor closes (a server stuck on its upgrade)
+ * would otherwise hold the reconnects for as long as the browser keeps it.
+ */
+export const OPEN_TIMEOUT_MS = 10_000;
 
 export type LineState = 'WAITING' | 'ADMITTED' | 'SOLD_OUT' | 'EXPIRED';
 
@@ -102,6 +108,7 @@ export class WaitingLine {
   private socket: SocketLike | undefined;
   private attempts = 0;
   private reconnectTimer: Timer | undefined;
+  private openTimer: Timer | undefined;
   private pollTimer: Timer | undefined;
   private stopped = false;
   private readonly results = new Map<string, Settled>();
@@ -153,6 +160,7 @@ export class WaitingLine {
   stop(): void {
     this.stopped = true;
     this.deps.clearTimer(this.reconnectTimer);
+    this.deps.clearTimer(this.openTimer);
     this.stopPolling();
     const socket = this.socket;
     this.socket = undefined;
@@ -204,7 +212,18 @@ export class WaitingLine {
       return;
     }
     this.attach(socket);
+    this.openTimer = this.deps.setTimer(() => {
+      if (this.socket === socket) {
+        this.socket = undefined;
+        socket.onopen = null;
+        socket.onmessage = null;
+        socket.onclose = null;
+        socket.close();
+        this.dropped();
+      }
+    }, OPEN_TIMEOUT_MS);
     socket.onopen = () => {
+      this.deps.clearTimer(this.openTimer);
       this.attempts = 0;
       this.stopPolling();
       this.set({ connected: true });
@@ -226,6 +245,7 @@ export class WaitingLine {
   }
 
   private dropped(): void {
+    this.deps.clearTimer(this.openTimer);
     this.set({ connected: false });
     if (this.stopped) {
       return;
