@@ -155,7 +155,7 @@ export type DelayPhase = PhaseResult & {
 /** Purchases while every object call waits `delayMs` first (an object far from the isolate). */
 export async function delayPhase(c: BenchContext, baseline: PhaseResult): Promise<{ result: DelayPhase; goods: CheckedGoods[] }> {
   const delayMs = c.o.objectDelayMs;
-  c.say(`Object delay: purchases with ${delayMs} ms before every object call, $c.o.durationSs...`);
+  c.say(`Object delay: purchases with ${delayMs} ms before every object call for ${c.o.durationS} s...`);
   const goods = await saleGoods(c, `object delay ${delayMs} ms`, 2_000_000);
   const accepted = new Set<string>();
   const count = Math.ceil(((c.o.connections * 1000) / delayMs) * c.o.durationS * 1.2);
