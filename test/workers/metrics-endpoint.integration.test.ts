@@ -1,6 +1,10 @@
+import { runInDurableObject } from 'cloudflare:test';
+import { env } from 'cloudflare:workers';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { metricsShard } from '../../durable-objects/routing';
 import { COUNTERS, HISTOGRAMS } from '../../workers/metrics/catalog';
 import {
+  ADMIN,
   bearer,
   call,
   createGoods,
@@ -14,6 +18,7 @@ import {
   scrape,
   settled,
   spreadGoodsIds,
+  stockObject,
 } from './helpers';
 
 /** A keyed purchase attempt (keyed requests always reach the goods' object, so it decides and counts each one). */
@@ -24,6 +29,16 @@ async function keyedBuy(jwt: string, goodsId: number, key: string) {
     headers: { ...bearer(jwt), 'idempotency-key': key },
     json: { goodsId, token },
   });
+}
+
+/** Holds an object's input gate shut for `ms` (its calls wait, as on an object that stopped answering), and the promise of its opening again. */
+async function holdObject(stub: DurableObjectStub, ms: number): Promise<{ reopened: Promise<unknown> }> {
+  const reopened = runInDurableObject(stub, (_instance, state) =>
+    state.blockConcurrencyWhile(() => new Promise((resolve) => setTimeout(resolve, ms))),
+  );
+  // The gate shuts as the call reaches the object.
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  return { reopened };
 }
 
 describe('GET /admin/metrics', () => {
@@ -85,6 +100,45 @@ describe('GET /admin/metrics', () => {
     const count = metric(after, 'seckill_http_request_duration_ms_count', { route });
     expect(buckets.at(-1)?.value).toBe(count);
     expect(count - metric(before, 'seckill_http_request_duration_ms_count', { route })).toBeGreaterThanOrEqual(4);
+  });
+
+  it("answers in time when a goods' stock shard does not: that goods' object gauges left out, and counted", async () => {
+    const [held, open] = [await createGoods({ stock: 3 }), await createGoods({ stock: 3 })];
+    for (const { goodsId } of [held, open]) {
+      expect((await keyedBuy(await devToken(`mx-held-${goodsId}`), goodsId, 'k')).status).toBe(202);
+    }
+    const objectStock = (m: Awaited<ReturnType<typeof scrape>>, goodsId: number) =>
+      m.samples.filter((s) => s.name === 'seckill_goods_stock' && s.labels.goods_id === String(goodsId) && s.labels.source === 'object');
+    expect(metric(await scrape(), 'seckill_metrics_goods_unanswered')).toBe(0);
+
+    const { reopened } = await holdObject(stockObject(held.goodsId), 8_000);
+    const started = Date.now();
+    const m = await scrape();
+    // The scrape's 3 s for an object, not the 8 s the object is held.
+    expect(Date.now() - started).toBeLessThan(6_000);
+    expect(objectStock(m, held.goodsId)).toEqual([]);
+    expect(objectStock(m, open.goodsId).map((s) => s.value)).toEqual([2]);
+    expect(metric(m, 'seckill_goods_stock', { goods_id: String(held.goodsId), source: 'database' })).toBeGreaterThan(0);
+    expect(metric(m, 'seckill_metrics_goods_unanswered')).toBe(1);
+    expect(metric(m, 'seckill_metrics_gauges_up')).toBe(1);
+
+    await reopened;
+    const after = await scrape();
+    expect(objectStock(after, held.goodsId).map((s) => s.value)).toEqual([2]);
+    expect(metric(after, 'seckill_metrics_goods_unanswered')).toBe(0);
+  });
+
+  it('answers 503 UNAVAILABLE in time when a metrics shard does not, rather than counters summed without it', async () => {
+    const { reopened } = await holdObject(metricsShard(env, 5), 9_000);
+    const started = Date.now();
+    const res = await call('/admin/metrics', { headers: ADMIN });
+    // The isolate's flush (3 s at most, if its shard is the one held) and the counters' 3 s.
+    expect(Date.now() - started).toBeLessThan(8_000);
+    expect(res.status).toBe(503);
+    expect(res.headers.get('retry-after')).toBe('1');
+    expect(await json(res)).toMatchObject({ error: { code: 'UNAVAILABLE' } });
+    await reopened;
+    expect(metric(await scrape(), 'seckill_metrics_gauges_up')).toBe(1);
   });
 
   it('reports stock from every side, orders by status, queue lag and the last reconciliation', async () => {

@@ -3,7 +3,9 @@ import { countOpenDeadLettersByQueue } from '../../db/dead-letters';
 import { countOrdersByGoodsAndStatus, listGoodsInScope } from '../../db/goods';
 import { lastReconciliations } from '../../db/reconciliation';
 import type { Config } from '../kernel/config';
+import { log } from '../kernel/log';
 import { knownStatusName, ORDER_STATUS } from '../kernel/order-status';
+import { within } from '../kernel/within';
 import type { GaugeFamily, GaugeSample } from '../metrics/prometheus';
 import { OPERATOR_READ, readStocks } from '../mirror/client';
 import { goodsSnapshot } from './stock-shards';
@@ -16,18 +18,31 @@ function family(name: string, help: string, samples: GaugeSample[]): GaugeFamily
   return { name, help, samples };
 }
 
-/** The gauges for every goods in the reconciliation scope (on sale, about to start, just ended). */
-export async function collectGauges(env: Env, config: Config, db: Db, now: number): Promise<GaugeFamily[]> {
+/**
+ * The gauges for every goods in the reconciliation scope (on sale, about to start, just ended).
+ * A goods whose stock shards fail or do not answer within `objectMs` is left out of the
+ * object's gauges this time, and counted: gauges may be partial, the scrape may not hang.
+ */
+export async function collectGauges(env: Env, config: Config, db: Db, now: number, objectMs: number): Promise<GaugeFamily[]> {
   const goods = await listGoodsInScope(db, now);
   const ids = goods.map((g) => g.id);
   const orders = await countOrdersByGoodsAndStatus(db, ids);
   const deadLetters = await countOpenDeadLettersByQueue(db);
   const lastRuns = await lastReconciliations(db, ids);
+  let unanswered = 0;
   const snapshots = await Promise.all(
     goods.map((g) =>
-      goodsSnapshot(env, g).then(
+      within(
+        goodsSnapshot(env, g),
+        objectMs,
+        () => new Error(`the stock shards of goods ${g.id} did not answer within ${objectMs} ms`),
+      ).then(
         (s) => s.total,
-        () => undefined,
+        (error: unknown) => {
+          unanswered++;
+          log.warn('metrics.goods_unanswered', { goodsId: g.id, error });
+          return undefined;
+        },
       ),
     ),
   );
@@ -78,6 +93,11 @@ export async function collectGauges(env: Env, config: Config, db: Db, now: numbe
       stock,
     ),
     family('seckill_goods_paused', '1 while an operator has paused the sale.', paused),
+    family(
+      'seckill_metrics_goods_unanswered',
+      "Goods in scope whose stock shards failed or did not answer this scrape in time: their object's gauges are missing.",
+      [{ labels: {}, value: unanswered }],
+    ),
     family('seckill_reservations_in_flight', 'Reservations accepted by the object and not yet settled by the order consumer.', inFlight),
     family('seckill_outbox_pending', "Order messages in the object's outbox not yet accepted by the queue.", outbox),
     family('seckill_outbox_oldest_age_seconds', 'Age of the oldest outbox row (0 when empty); growing means queue sends fail.', outboxAge),

@@ -1,4 +1,5 @@
 import { sleep } from '../kernel/sleep';
+import { within } from '../kernel/within';
 
 /**
  * Group commit at the edge: concurrent calls of one isolate to the same Durable Object go as
@@ -267,12 +268,13 @@ export class GroupCommit<In, Out> {
       s.takenAt = entry.at;
     }
     try {
-      const outs = await withinLimit(
+      const outs = await within(
         this.options.send(
           laneKey,
           batch.map((s) => s.item),
         ),
         this.options.waitLimitMs,
+        () => new WaitedTooLong(),
       );
       batch.forEach((s, i) => {
         const out = outs[i];
@@ -300,21 +302,6 @@ export class GroupCommit<In, Out> {
     const first = next?.waiting.shift();
     if (next && first) {
       this.lead(next, first);
-    }
-  }
-}
-
-/** `work`, or WaitedTooLong after `ms` (the call itself is left to finish on its own). */
-async function withinLimit<T>(work: Promise<T>, ms: number): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const limit = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new WaitedTooLong()), ms);
-  });
-  try {
-    return await Promise.race([work, limit]);
-  } finally {
-    if (timer !== undefined) {
-      clearTimeout(timer);
     }
   }
 }

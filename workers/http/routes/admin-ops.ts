@@ -2,13 +2,21 @@ import { Hono } from 'hono';
 import { dbOptions, withDb } from '../../../db/client';
 import { reconcile } from '../../cron/reconcile';
 import { collectGauges, gaugesUp } from '../../edge/gauges';
-import { AppError } from '../../kernel/errors';
+import { AppError, unavailable } from '../../kernel/errors';
 import { ReconcileQuery } from '../../kernel/http-bodies';
 import { log } from '../../kernel/log';
+import { within } from '../../kernel/within';
 import { flushBeforeRead, metricsTotals } from '../../metrics/flush';
 import { PROMETHEUS_CONTENT_TYPE, renderPrometheus } from '../../metrics/prometheus';
 import type { AppEnv } from '../context';
 import { valid } from '../middleware/validate';
+
+/**
+ * What a scrape waits for an object's answer (a metrics shard, a goods' stock shards): well
+ * under Prometheus' default scrape timeout of 10 s, with the flush and the counters one after
+ * the other.
+ */
+const SCRAPE_OBJECT_MS = 3_000;
 
 /** Operations: run reconciliation now, and the Prometheus scrape. Mounted under the admin app (admin token). */
 export const adminOps = new Hono<AppEnv>()
@@ -26,11 +34,15 @@ export const adminOps = new Hono<AppEnv>()
   })
 
   .get('/metrics', async (c) => {
-    await flushBeforeRead(c.env);
+    // This isolate's own counts first, if its metrics shard takes them in time; otherwise they
+    // come with the next scrape (the flush goes on, and puts them back if it fails).
+    await within(flushBeforeRead(c.env), SCRAPE_OBJECT_MS, () => new Error('late')).catch(() => undefined);
     const now = Date.now();
     const [totals, gauges] = await Promise.all([
-      metricsTotals(c.env),
-      withDb(dbOptions(c.get('config'), 1), (db) => collectGauges(c.env, c.get('config'), db, now))
+      // The counters whole or not at all: a sum missing a shard would read to Prometheus as
+      // counters reset to lower values, and their rates as a burst when the shard came back.
+      within(metricsTotals(c.env), SCRAPE_OBJECT_MS, () => unavailable('a metrics shard did not answer in time, please retry')),
+      withDb(dbOptions(c.get('config'), 1), (db) => collectGauges(c.env, c.get('config'), db, now, SCRAPE_OBJECT_MS))
         .then((families) => [...families, gaugesUp(true)])
         .catch((error: unknown) => {
           // Counters still answer when Postgres does not; the gauge says the rest is missing.
