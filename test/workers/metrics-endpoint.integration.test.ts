@@ -38,7 +38,9 @@ async function holdObject(stub: DurableObjectStub, ms: number): Promise<{ reopen
   );
   // The gate shuts as the call reaches the object.
   await new Promise((resolve) => setTimeout(resolve, 300));
-  return { reopened };
+  // On a busy machine the runtime may reset the held object instead ("blockConcurrencyWhile()
+  // ... waited for too long"): either way it answers again afterwards, which is what follows.
+  return { reopened: reopened.catch(() => undefined) };
 }
 
 describe('GET /admin/metrics', () => {
