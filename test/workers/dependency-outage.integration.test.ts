@@ -4,11 +4,13 @@
 // is back, and an object keeps what it had stored. A bug stays a 500.
 import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
+import { goodsStock, roomHub } from '../../durable-objects/routing';
 import { objectCall } from '../../workers/edge/object-unavailable';
 import { hmacHex } from '../../workers/kernel/crypto';
 import { askObjectReset, GUARD_LIST_RESET_NAME, guardResetName, LIMITS_RESET_NAME, resetName } from '../../workers/kernel/dev-faults';
 import { AppError } from '../../workers/kernel/errors';
-import { ADMIN, bearer, buyOrder, call, createGoods, devToken, json, setLimits, stats, stockObject } from './helpers';
+import { ADMIN, bearer, buyOrder, call, createGoods, devToken, holdObject, json, setLimits, stats, stockObject } from './helpers';
+import { createQueuedGoods } from './room-helpers';
 import { changeAllowlist, createRulesGoods } from './rules-helpers';
 
 const postgresDown = { ...env, DATABASE_URL: 'postgres://nobody:nobody@127.0.0.1:1/nowhere' } as Env;
@@ -239,6 +241,42 @@ describe('with an object reset as the call reaches it', () => {
     await expectUnavailable(await lift());
     expect(taken()).toBe(true);
     expect(await json(await lift())).toEqual({ ids: ['user:outage-banned', 'anon:outage-banned'], lifted: false });
+  });
+});
+
+describe('with an object that stops answering', () => {
+  it("the goods' stats are 503 within their 3 s when a stock shard is held, then the same figures", async () => {
+    const { goodsId } = await createGoods({ stock: 6, shards: 2 });
+    const before = await stats(goodsId);
+    const { reopened } = await holdObject(goodsStock(env, { id: goodsId, locationHint: null, shards: 2 }, 1), 8_000);
+    const started = Date.now();
+    await expectUnavailable(await call(`/admin/goods/${goodsId}/stats`, { headers: ADMIN }));
+    // The stats' 3 s for the goods' objects, not the 8 s the shard is held.
+    expect(Date.now() - started).toBeLessThan(6_000);
+    await reopened;
+    // The figures, not the counts since the objects last started (the runtime may reset a held one).
+    const figures = ({ doRemaining, dbStock, orders, shards, consistent }: Awaited<ReturnType<typeof stats>>) => ({
+      doRemaining,
+      dbStock,
+      orders,
+      shards,
+      consistent,
+    });
+    expect(figures(await stats(goodsId))).toEqual(figures(before));
+  });
+
+  it("the stats answer without the waiting room's figures when its coordinator is held", async () => {
+    const { goodsId } = await createQueuedGoods({ stock: 4, queue: { mode: 'always', admitPerSecond: 10 } });
+    const before = await stats(goodsId);
+    expect(before.queue).toMatchObject({ mode: 'always' });
+    const { reopened } = await holdObject(roomHub(env, { id: goodsId, locationHint: null }), 8_000);
+    const started = Date.now();
+    const res = await call(`/admin/goods/${goodsId}/stats`, { headers: ADMIN });
+    expect(Date.now() - started).toBeLessThan(6_000);
+    expect(res.status).toBe(200);
+    expect(await json(res)).toEqual({ ...before, queue: null });
+    await reopened;
+    expect((await stats(goodsId)).queue).toMatchObject({ mode: 'always' });
   });
 });
 

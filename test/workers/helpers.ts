@@ -22,6 +22,18 @@ export function ownEnv(name: string): Env {
   return { ...env, DATABASE_URL: `${env.DATABASE_URL}${env.DATABASE_URL.includes('?') ? '&' : '?'}application_name=${name}` } as Env;
 }
 
+/** Holds an object's input gate shut for `ms` (its calls wait, as on an object that stopped answering), and the promise of its opening again. */
+export async function holdObject(stub: DurableObjectStub, ms: number): Promise<{ reopened: Promise<unknown> }> {
+  const reopened = runInDurableObject(stub, (_instance, state) =>
+    state.blockConcurrencyWhile(() => new Promise((resolve) => setTimeout(resolve, ms))),
+  );
+  // The gate shuts as the call reaches the object.
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  // On a busy machine the runtime may reset the held object instead ("blockConcurrencyWhile()
+  // ... waited for too long"): either way it answers again afterwards, which is what follows.
+  return { reopened: reopened.catch(() => undefined) };
+}
+
 /** Calls the Worker with `workerEnv`, and waits for what the request left running (a copy's load). */
 export async function callAndWait(
   workerEnv: Env,
@@ -181,6 +193,8 @@ export async function stats(goodsId: number) {
     deadLetters: number;
     consistent: boolean;
     webhooks: { pending: number; delivered: number; failed: number };
+    shards: { shard: number; remaining: number; queued: number; confirmed: number }[];
+    queue: Record<string, unknown> | null;
   }>(res);
 }
 

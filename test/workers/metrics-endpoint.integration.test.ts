@@ -1,4 +1,3 @@
-import { runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { metricsShard } from '../../durable-objects/routing';
@@ -10,6 +9,7 @@ import {
   createGoods,
   devToken,
   eventually,
+  holdObject,
   json,
   metric,
   mirrorRedis,
@@ -29,18 +29,6 @@ async function keyedBuy(jwt: string, goodsId: number, key: string) {
     headers: { ...bearer(jwt), 'idempotency-key': key },
     json: { goodsId, token },
   });
-}
-
-/** Holds an object's input gate shut for `ms` (its calls wait, as on an object that stopped answering), and the promise of its opening again. */
-async function holdObject(stub: DurableObjectStub, ms: number): Promise<{ reopened: Promise<unknown> }> {
-  const reopened = runInDurableObject(stub, (_instance, state) =>
-    state.blockConcurrencyWhile(() => new Promise((resolve) => setTimeout(resolve, ms))),
-  );
-  // The gate shuts as the call reaches the object.
-  await new Promise((resolve) => setTimeout(resolve, 300));
-  // On a busy machine the runtime may reset the held object instead ("blockConcurrencyWhile()
-  // ... waited for too long"): either way it answers again afterwards, which is what follows.
-  return { reopened: reopened.catch(() => undefined) };
 }
 
 describe('GET /admin/metrics', () => {

@@ -4,10 +4,18 @@ import { countOrdersByStatus, findGoods } from '../../db/goods';
 import { ORDER_STATUS, type OrderStatusName } from '../../db/schema';
 import { countDeliveries, type DeliveryCounts } from '../../db/webhooks';
 import type { Config } from '../kernel/config';
+import { unavailable } from '../kernel/errors';
 import type { ShardStock } from '../kernel/shards';
+import { within } from '../kernel/within';
 import { OPERATOR_READ, readStocks } from '../mirror/client';
 import { goodsSnapshot } from './stock-shards';
 import { roomStatsOf } from './waiting-room';
+
+/**
+ * What the stats wait for an object's answer: an operator's read, not a shopper's, but one an
+ * object that stopped answering must not hold for as long as the object does.
+ */
+const STATS_OBJECT_MS = 3_000;
 
 export type GoodsStats = {
   goodsId: number;
@@ -53,9 +61,12 @@ export async function goodsStats(env: Env, config: Config, goodsId: number): Pro
       countOrdersByStatus(d, goodsId),
       countOpenDeadLetters(d, goodsId),
       countDeliveries(d, goodsId),
-      goodsSnapshot(env, row),
+      // The stock's figures whole or not at all: without a shard's, every sum below would be wrong.
+      within(goodsSnapshot(env, row), STATS_OBJECT_MS, () =>
+        unavailable(`the stock shards of goods ${goodsId} did not answer in time, please retry`),
+      ),
       config.redis ? readStocks(config.redis, [goodsId], OPERATOR_READ) : Promise.resolve(undefined),
-      roomStatsOf(env, row).catch(() => null),
+      within(roomStatsOf(env, row), STATS_OBJECT_MS, () => new Error('late')).catch(() => null),
     ]);
     return { fromDb: { row, counts, deadLetters, webhooks }, snapshot: stock.total, shards: stock.shards, mirrored, queue };
   });
