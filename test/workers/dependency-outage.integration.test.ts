@@ -9,7 +9,20 @@ import { objectCall } from '../../workers/edge/object-unavailable';
 import { hmacHex } from '../../workers/kernel/crypto';
 import { askObjectReset, GUARD_LIST_RESET_NAME, guardResetName, LIMITS_RESET_NAME, resetName } from '../../workers/kernel/dev-faults';
 import { AppError } from '../../workers/kernel/errors';
-import { ADMIN, bearer, buyOrder, call, createGoods, devToken, holdObject, json, setLimits, stats, stockObject } from './helpers';
+import {
+  ADMIN,
+  bearer,
+  buyOrder,
+  call,
+  createGoods,
+  devToken,
+  holdObject,
+  json,
+  reconcileNow,
+  setLimits,
+  stats,
+  stockObject,
+} from './helpers';
 import { createQueuedGoods } from './room-helpers';
 import { changeAllowlist, createRulesGoods } from './rules-helpers';
 
@@ -245,14 +258,22 @@ describe('with an object reset as the call reaches it', () => {
 });
 
 describe('with an object that stops answering', () => {
-  it("the goods' stats are 503 within their 3 s when a stock shard is held, then the same figures", async () => {
+  it("with a stock shard held, the goods' stats are 503 and a reconciliation run reports the goods failed, each within 3 s; then both as before", async () => {
     const { goodsId } = await createGoods({ stock: 6, shards: 2 });
     const before = await stats(goodsId);
     const { reopened } = await holdObject(goodsStock(env, { id: goodsId, locationHint: null, shards: 2 }, 1), 8_000);
     const started = Date.now();
-    await expectUnavailable(await call(`/admin/goods/${goodsId}/stats`, { headers: ADMIN }));
-    // The stats' 3 s for the goods' objects, not the 8 s the shard is held.
+    const [held, report] = await Promise.all([call(`/admin/goods/${goodsId}/stats`, { headers: ADMIN }), reconcileNow(goodsId)]);
+    // Their 3 s for the goods' objects, not the 8 s the shard is held.
     expect(Date.now() - started).toBeLessThan(6_000);
+    await expectUnavailable(held);
+    expect(report.goods).toEqual([
+      expect.objectContaining({
+        goodsId,
+        consistent: false,
+        discrepancies: [{ kind: 'reconcile_failed', message: 'its stock shards did not answer within 3000 ms' }],
+      }),
+    ]);
     await reopened;
     // The figures, not the counts since the objects last started (the runtime may reset a held one).
     const figures = ({ doRemaining, dbStock, orders, shards, consistent }: Awaited<ReturnType<typeof stats>>) => ({
@@ -263,6 +284,7 @@ describe('with an object that stops answering', () => {
       consistent,
     });
     expect(figures(await stats(goodsId))).toEqual(figures(before));
+    expect((await reconcileNow(goodsId)).goods).toEqual([expect.objectContaining({ goodsId, consistent: true, discrepancies: [] })]);
   });
 
   it("the stats answer without the waiting room's figures when its coordinator is held", async () => {

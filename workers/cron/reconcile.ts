@@ -9,6 +9,7 @@ import { getConfig } from '../kernel/config';
 import type { StockSnapshot } from '../kernel/contract';
 import { log } from '../kernel/log';
 import { sumSnapshots } from '../kernel/shards';
+import { within } from '../kernel/within';
 import { count } from '../metrics/registry';
 import { closeOverdueOrders } from './overdue';
 
@@ -28,6 +29,12 @@ export const STUCK_OUTBOX_MS = 30_000;
 export const STALE_MIRROR_MS = 10_000;
 /** Goods reconciled at once. */
 const RECONCILE_CONCURRENCY = 4;
+/**
+ * What a run waits for a goods' shards to say where they stand. A goods whose shards do not
+ * answer in time is reported failed for this run, and the run goes on with the others instead
+ * of waiting as long as an object that stopped answering does.
+ */
+const SNAPSHOT_MS = 3_000;
 
 export type Discrepancy = { kind: string } & Record<string, string | number | boolean | null>;
 export type Action = { action: string } & Record<string, string | number | boolean | null>;
@@ -179,12 +186,18 @@ async function reconcileGoods(env: Env, db: Db, row: GoodsRow, now: number): Pro
   const actions: Action[] = [];
   const skipped: string[] = [];
 
-  let shards = await Promise.all(stubs.map((s) => s.snapshot()));
+  const snapshots = () =>
+    within(
+      Promise.all(stubs.map((s) => s.snapshot())),
+      SNAPSHOT_MS,
+      () => new Error(`its stock shards did not answer within ${SNAPSHOT_MS} ms`),
+    );
+  let shards = await snapshots();
   if (!shards[0] && row.endAt.getTime() > now) {
     // Pre-warm should have made it; a goods about to sell must not wait for its first shopper.
     found.push({ kind: 'object_missing' });
     await initShards(env, row, toGoodsInit(row));
-    shards = await Promise.all(stubs.map((s) => s.snapshot()));
+    shards = await snapshots();
     actions.push({ action: 'object_initialised' });
   }
   const snapshot = sumSnapshots(shards);
@@ -213,7 +226,7 @@ async function reconcileGoods(env: Env, db: Db, row: GoodsRow, now: number): Pro
   // unchanged, with nothing queued in between. Otherwise orders in flight make any
   // difference meaningless.
   const before = await dbState(db, row.id);
-  const afterShards = snapshot ? await Promise.all(stubs.map((s) => s.snapshot())) : [];
+  const afterShards = snapshot ? await snapshots() : [];
   let after = sumSnapshots(afterShards);
   const db2 = await dbState(db, row.id);
   const state = db2 ?? before ?? { stock: row.stock, live: 0 };
