@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { cloudflareTest } from '@cloudflare/vitest-pool-workers';
 import { defineConfig } from 'vitest/config';
 import FailuresReporter from './test/setup/failures-reporter';
+import LongestFirst from './test/setup/sequencer';
 import { OWN_DATABASE_FILES, type WorkerServices } from './test/setup/services';
 
 /** The committed local defaults (.dev.vars.example), so a fresh clone tests as it runs. */
@@ -97,6 +98,8 @@ export default defineConfig({
   test: {
     // Once for the whole run: what the Worker tests talk to (the projects inherit what it provides).
     globalSetup: ['./test/setup/services.ts'],
+    // Each group's longest files first, on a fresh clone too (test/setup/sequencer.ts).
+    sequence: { sequencer: LongestFirst },
     // With VITEST_JSON (CI), a JSON report and, beside it, the failures it names no reason for.
     reporters: process.env.VITEST_JSON
       ? [
