@@ -10,11 +10,12 @@ import { eq } from 'drizzle-orm';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { GoodsRow } from '../../db/goods';
 import { seckillGoods } from '../../db/schema';
+import { goodsStock } from '../../durable-objects/routing';
 import { sharedListKey } from '../../workers/edge/goods-cache';
 import { readShared, type SharedCopy, sharedKey, writeShared } from '../../workers/edge/shared-copies';
 import type { StockRead } from '../../workers/edge/stock-reads';
 import type { ObjectCallsView } from '../../workers/kernel/object-calls';
-import { ADMIN, buy, call, createGoods, json, metric, scrape, sql } from './helpers';
+import { ADMIN, buy, call, createGoods, holdObject, json, metric, scrape, sql } from './helpers';
 
 /**
  * The same database under a URL of this file's own, so that the shared copies it writes are
@@ -192,6 +193,19 @@ describe("the goods pages' stock", () => {
     expect((await page(goodsId)).remaining).toBe(7);
     expect(await snapshotCalls()).toBe(0);
     expect(await renewalsSince('page_stock', counted)).toEqual({ data_center: 1 });
+  });
+
+  it("answers within a second when a shard does not, with the database's figure, and asks the shards again on the next view", async () => {
+    const { goodsId } = await createGoods({ stock: 20, shards: SHARDS });
+    const counted = await renewals('page_stock');
+    const { reopened } = await holdObject(goodsStock(env, { id: goodsId, locationHint: null, shards: SHARDS }, 1), 6_000);
+    const started = Date.now();
+    expect((await page(goodsId)).remaining).toBe(20);
+    // The view's second for the shards, not the 6 s the shard is held.
+    expect(Date.now() - started).toBeLessThan(3_000);
+    await reopened;
+    expect((await page(goodsId)).remaining).toBe(20);
+    expect(await renewalsSince('page_stock', counted)).toEqual({ failed: 1, objects: 1 });
   });
 
   it('is never more than a second old, and shows a pause at once', async () => {

@@ -1,5 +1,6 @@
 import type { Config } from '../kernel/config';
 import { FAIL_REASONS, type FailReason, type GoodsPlacement, type ResultView, type StockSnapshot } from '../kernel/contract';
+import { within } from '../kernel/within';
 import { readResult, readStocks } from '../mirror/client';
 import { countRenewal, dropShared, readShared, sharedKey, writeShared } from './shared-copies';
 import { goodsSnapshot } from './stock-shards';
@@ -39,6 +40,11 @@ export type StockRead = { remaining: number; snapshot?: StockSnapshot };
 const PAGE_STOCK_MS = 1_000;
 /** The data center keeps a copy no longer than this (an older one is never read). */
 const SHARED_STOCK_KEEP_SECONDS = 60;
+/**
+ * What the view renewing a goods' figure waits for its shards: a shopper's page, which shows the
+ * database's figure when they do not answer in time (the next view asks them again).
+ */
+const PAGE_OBJECT_MS = 1_000;
 
 /**
  * What an isolate keeps of a goods' stock: the read (none before the first), when its source
@@ -134,9 +140,9 @@ async function renewStock(env: Env, config: Config, goods: GoodsPlacement[]): Pr
   return reads;
 }
 
-/** The goods' stock summed over its shards, with the snapshot; undefined when they do not answer. */
+/** The goods' stock summed over its shards, with the snapshot; undefined when they do not answer in time. */
 async function objectsRead(env: Env, goods: GoodsPlacement): Promise<StockRead | undefined> {
-  const snapshot = await goodsSnapshot(env, goods).then(
+  const snapshot = await within(goodsSnapshot(env, goods), PAGE_OBJECT_MS, () => new Error('late')).then(
     (s) => s.total,
     () => undefined,
   );
