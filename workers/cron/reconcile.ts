@@ -4,12 +4,11 @@ import { countLiveOrders, findGoods, type GoodsRow, listGoodsInScope, toGoodsIni
 import { countOverdueOrders } from '../../db/lifecycle';
 import { insertReconciliationReport } from '../../db/reconciliation';
 import { allStockShards, type goodsStock } from '../../durable-objects/routing';
-import { initShards } from '../edge/stock-shards';
+import { initShards, shardSnapshots } from '../edge/stock-shards';
 import { getConfig } from '../kernel/config';
 import type { StockSnapshot } from '../kernel/contract';
 import { log } from '../kernel/log';
 import { sumSnapshots } from '../kernel/shards';
-import { within } from '../kernel/within';
 import { count } from '../metrics/registry';
 import { closeOverdueOrders } from './overdue';
 
@@ -186,12 +185,7 @@ async function reconcileGoods(env: Env, db: Db, row: GoodsRow, now: number): Pro
   const actions: Action[] = [];
   const skipped: string[] = [];
 
-  const snapshots = () =>
-    within(
-      Promise.all(stubs.map((s) => s.snapshot())),
-      SNAPSHOT_MS,
-      () => new Error(`its stock shards did not answer within ${SNAPSHOT_MS} ms`),
-    );
+  const snapshots = () => shardSnapshots(env, row, SNAPSHOT_MS);
   let shards = await snapshots();
   if (!shards[0] && row.endAt.getTime() > now) {
     // Pre-warm should have made it; a goods about to sell must not wait for its first shopper.

@@ -8,7 +8,7 @@ import { unavailable } from '../kernel/errors';
 import type { ShardStock } from '../kernel/shards';
 import { within } from '../kernel/within';
 import { OPERATOR_READ, readStocks } from '../mirror/client';
-import { goodsSnapshot } from './stock-shards';
+import { goodsSnapshot, ShardsLate } from './stock-shards';
 import { roomStatsOf } from './waiting-room';
 
 /**
@@ -62,9 +62,11 @@ export async function goodsStats(env: Env, config: Config, goodsId: number): Pro
       countOpenDeadLetters(d, goodsId),
       countDeliveries(d, goodsId),
       // The stock's figures whole or not at all: without a shard's, every sum below would be wrong.
-      within(goodsSnapshot(env, row), STATS_OBJECT_MS, () =>
-        unavailable(`the stock shards of goods ${goodsId} did not answer in time, please retry`),
-      ),
+      goodsSnapshot(env, row, STATS_OBJECT_MS).catch((error: unknown) => {
+        throw error instanceof ShardsLate
+          ? unavailable(`the stock shards of goods ${goodsId} did not answer in time, please retry`)
+          : error;
+      }),
       config.redis ? readStocks(config.redis, [goodsId], OPERATOR_READ) : Promise.resolve(undefined),
       within(roomStatsOf(env, row), STATS_OBJECT_MS, () => new Error('late')).catch(() => null),
     ]);

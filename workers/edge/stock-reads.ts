@@ -1,6 +1,5 @@
 import type { Config } from '../kernel/config';
 import { FAIL_REASONS, type FailReason, type GoodsPlacement, type ResultView, type StockSnapshot } from '../kernel/contract';
-import { within } from '../kernel/within';
 import { readResult, readStocks } from '../mirror/client';
 import { countRenewal, dropShared, readShared, sharedKey, writeShared } from './shared-copies';
 import { goodsSnapshot } from './stock-shards';
@@ -142,7 +141,7 @@ async function renewStock(env: Env, config: Config, goods: GoodsPlacement[]): Pr
 
 /** The goods' stock summed over its shards, with the snapshot; undefined when they do not answer in time. */
 async function objectsRead(env: Env, goods: GoodsPlacement): Promise<StockRead | undefined> {
-  const snapshot = await within(goodsSnapshot(env, goods), PAGE_OBJECT_MS, () => new Error('late')).then(
+  const snapshot = await goodsSnapshot(env, goods, PAGE_OBJECT_MS).then(
     (s) => s.total,
     () => undefined,
   );

@@ -1,19 +1,40 @@
 import { allStockShards, goodsStock, stockShardCount } from '../../durable-objects/routing';
 import type { GoodsInit, GoodsPlacement, StockSnapshot } from '../kernel/contract';
 import { type ShardStock, shardStocks, sumSnapshots } from '../kernel/shards';
+import { within } from '../kernel/within';
 
 // A goods' stock across its shards, for the callers that want the goods as a whole: stats,
 // gauges, reconciliation, pre-warm and the operator's switches. A one-shard goods is one call,
 // exactly as before.
 
-/** Every shard's snapshot (undefined for a shard not made yet), shard 0 first. */
-export function shardSnapshots(env: Env, goods: GoodsPlacement): Promise<(StockSnapshot | undefined)[]> {
-  return Promise.all(allStockShards(env, goods).map((stub) => stub.snapshot()));
+/**
+ * What a read of the goods' shards met when they did not all answer within its `withinMs`: the
+ * reader goes on without them (the calls go on too; their answers are dropped).
+ */
+export class ShardsLate extends Error {
+  constructor(ms: number) {
+    super(`its stock shards did not answer within ${ms} ms`);
+    this.name = 'ShardsLate';
+  }
 }
 
-/** The goods' snapshot summed over its shards, and each shard's figures. */
-export async function goodsSnapshot(env: Env, goods: GoodsPlacement): Promise<{ total: StockSnapshot | undefined; shards: ShardStock[] }> {
-  const all = await shardSnapshots(env, goods);
+/**
+ * Every shard's snapshot (undefined for a shard not made yet), shard 0 first; with `withinMs`, a
+ * ShardsLate rejection once that long has passed without all of them, so that a read for an
+ * operator or a page is never held by a shard that stopped answering.
+ */
+export function shardSnapshots(env: Env, goods: GoodsPlacement, withinMs?: number): Promise<(StockSnapshot | undefined)[]> {
+  const all = Promise.all(allStockShards(env, goods).map((stub) => stub.snapshot()));
+  return withinMs === undefined ? all : within(all, withinMs, () => new ShardsLate(withinMs));
+}
+
+/** The goods' snapshot summed over its shards, and each shard's figures (`withinMs` as shardSnapshots'). */
+export async function goodsSnapshot(
+  env: Env,
+  goods: GoodsPlacement,
+  withinMs?: number,
+): Promise<{ total: StockSnapshot | undefined; shards: ShardStock[] }> {
+  const all = await shardSnapshots(env, goods, withinMs);
   return { total: sumSnapshots(all), shards: shardStocks(all) };
 }
 
