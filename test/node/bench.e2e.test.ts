@@ -113,7 +113,7 @@ describe('npm run bench', () => {
   it('measures every phase in one short run and writes latest.json with the invariants holding', async () => {
     out = await mkdtemp(join(tmpdir(), 'edge-seckill-bench-'));
     const args = [
-      ...['--duration', '1', '--warmup', '1', '--connections', '20', '--consumer-messages', '500'],
+      ...['--duration', '2', '--warmup', '1', '--connections', '20', '--consumer-messages', '500'],
       ...['--queue-shoppers', '60', '--admit-per-second', '100', '--held-reads', '200', '--out', out, '--json', '--profile'],
     ];
     if (process.env.TEST_DATABASE_URL) {
@@ -141,7 +141,7 @@ describe('npm run bench', () => {
     const tmpfs = existsSync('/dev/shm');
     expect(latest.options).toMatchObject({
       connections: 20,
-      durationS: 1,
+      durationS: 2,
       entryWorker: false,
       servicesInProcess: false,
       objectStorage: tmpfs ? 'tmpfs' : 'disk',
