@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { log } from '../../workers/kernel/log';
 import { sumSnapshots } from '../../workers/kernel/shards';
 import { type HubReply, ROOM_SHARDS, type RoomGoods, type RoomStats, type ShardReport } from '../../workers/kernel/waiting-room';
+import { within } from '../../workers/kernel/within';
 import { goodsStock } from '../routing';
 import { decide, type HubState, type HubView, initialHubState, type Reported, roundsAfter, type Stock } from './hub-rules';
 import { lateness } from './measures';
@@ -44,6 +45,12 @@ const StoredView = z.object({
 
 /** A decision is due when a tick has passed since the last one (a little early is fine). */
 const DECIDE_SLACK_MS = 100;
+/**
+ * How long a decision waits for a stock object's figures: a read that never answers would hold
+ * this decision and, through `deciding`, every one after it; given up, the decision admits by the
+ * rate alone (as when the object does not answer), within the shards' wait for their reports.
+ */
+const STOCK_DEADLINE_MS = 1_500;
 
 /**
  * The coordinator of one goods' waiting room. Only the room's shards call it, each about once a
@@ -158,12 +165,14 @@ export class RoomHub {
    * side, so the confirmed count is the goods' own (`exact`, which the admissions' count of
    * purchases heard late needs), and so are the counts of those made by shoppers the room let
    * in. A shard that does not answer leaves shard 0's figures scaled up (shoppers spread evenly
-   * over the shards by the hash of their id), not exact.
+   * over the shards by the hash of their id), not exact. Each read waits at most STOCK_DEADLINE_MS:
+   * a decision waits on it, and every shard's report on the decision.
    */
   private async readStock(goods: RoomGoods): Promise<Stock | undefined> {
     const placement = { id: goods.goodsId, locationHint: goods.locationHint };
+    const late = () => new Error(`the stock object did not answer within ${STOCK_DEADLINE_MS} ms`);
     try {
-      const snapshot = await goodsStock(this.env, placement).snapshot();
+      const snapshot = await within(goodsStock(this.env, placement).snapshot(), STOCK_DEADLINE_MS, late);
       if (!snapshot) {
         return undefined;
       }
@@ -171,9 +180,7 @@ export class RoomHub {
       const n = snapshot.shards ?? 1;
       const others = await Promise.all(
         Array.from({ length: n - 1 }, (_, i) =>
-          goodsStock(this.env, placement, i + 1)
-            .snapshot()
-            .catch(() => undefined),
+          within(goodsStock(this.env, placement, i + 1).snapshot(), STOCK_DEADLINE_MS, late).catch(() => undefined),
         ),
       );
       const read = others.filter((o) => o !== undefined && o !== null);

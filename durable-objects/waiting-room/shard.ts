@@ -4,6 +4,7 @@ import { log } from '../../workers/kernel/log';
 import { ticketAnswer } from '../../workers/kernel/room-seal';
 import { sleep } from '../../workers/kernel/sleep';
 import { type JoinOutcome, opensAt, RoomGoods, type Round, type ShopperResult, type TicketView } from '../../workers/kernel/waiting-room';
+import { within } from '../../workers/kernel/within';
 import { roomHub } from '../routing';
 import { type Ticket, toRow } from './book';
 import { acceptLive, attachmentOf, due, pushResults, resultEvent, send, sent, stateEvent, userTag } from './live';
@@ -13,6 +14,13 @@ import { ShardCounters as Counters, type RoomStorage } from './storage';
 
 /** How often a shard whose waiting shoppers are all sold out looks whether units came back. */
 const SOLD_OUT_TICK_MS = 5_000;
+/**
+ * How long a report waits for the coordinator. A call that never answers (seen under resets of
+ * the room's objects: one shard's line stood still for three minutes) would otherwise hold the
+ * report, and with it every tick of this shard; given up, it is made again on the next tick, and
+ * the rounds it missed come with that answer.
+ */
+export const REPORT_DEADLINE_MS = 3 * TICK_MS;
 /** The close code of a live channel whose join the shard refused (the reason names why: NOT_STARTED, ENDED). */
 const JOIN_REFUSED_CLOSE = 4409;
 /** An alarm this late is run by the shard's next call instead (catchUp): see docs/waiting-room.md on joining upgrades. */
@@ -326,7 +334,11 @@ export class ShardRoom {
         messages,
         live: this.ctx.getWebSockets().length,
       });
-      const reply = await roomHub(this.env, { id: goods.goodsId, locationHint: goods.locationHint }).report(report);
+      const reply = await within(
+        roomHub(this.env, { id: goods.goodsId, locationHint: goods.locationHint }).report(report),
+        REPORT_DEADLINE_MS,
+        () => new Error(`the coordinator did not answer within ${REPORT_DEADLINE_MS} ms`),
+      );
       this.reportedAt = Date.now();
       this.quietReported = report.quiet === true;
       this.arrivals -= report.arrivals;

@@ -2,9 +2,11 @@
 // out of reach, or a Durable Object reset as the call reaches it, is the contract's 503
 // UNAVAILABLE with Retry-After, not a 500; the same request answers as usual once the dependency
 // is back, and an object keeps what it had stored. A bug stays a 500.
+import { runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
-import { goodsStock, roomHub } from '../../durable-objects/routing';
+import { goodsStock, roomHub, roomShard } from '../../durable-objects/routing';
+import { REPORT_DEADLINE_MS } from '../../durable-objects/waiting-room/shard';
 import { objectCall } from '../../workers/edge/object-unavailable';
 import { hmacHex } from '../../workers/kernel/crypto';
 import { askObjectReset, GUARD_LIST_RESET_NAME, guardResetName, LIMITS_RESET_NAME, resetName } from '../../workers/kernel/dev-faults';
@@ -23,7 +25,7 @@ import {
   stats,
   stockObject,
 } from './helpers';
-import { createQueuedGoods } from './room-helpers';
+import { createQueuedGoods, join, shopper, sleep } from './room-helpers';
 import { changeAllowlist, createRulesGoods } from './rules-helpers';
 
 const postgresDown = { ...env, DATABASE_URL: 'postgres://nobody:nobody@127.0.0.1:1/nowhere' } as Env;
@@ -299,6 +301,72 @@ describe('with an object that stops answering', () => {
     expect(await json(res)).toEqual({ ...before, queue: null });
     await reopened;
     expect((await stats(goodsId)).queue).toMatchObject({ mode: 'always' });
+  });
+});
+
+describe("a room object's call that never answers", () => {
+  /** A one-shard room goods with a shopper in line: its shard and coordinator hold its state. */
+  async function roomWithShopper(name: string): Promise<number> {
+    const { goodsId } = await createQueuedGoods({ stock: 4, queue: { mode: 'always', admitPerSecond: 10, shards: 1 } });
+    const { jwt } = await shopper(name);
+    expect((await join(jwt, goodsId)).status).toBe(200);
+    return goodsId;
+  }
+
+  /** The objects' env, but with every `method` call of one namespace's objects left unanswered. */
+  function silentEnv(binding: 'WAITING_ROOM' | 'GOODS_STOCK', method: string) {
+    const ns = env[binding];
+    return {
+      ...env,
+      [binding]: { idFromName: (name: string) => ns.idFromName(name), get: () => ({ [method]: () => new Promise(() => {}) }) },
+    };
+  }
+
+  it('a shard gives up a report its coordinator never answers after REPORT_DEADLINE_MS, and its next tick reports', async () => {
+    const goodsId = await roomWithShopper('silent-coordinator');
+    // A coordinator whose every call hangs: what a reset of the room's objects once left one
+    // shard with (its line stood still for three minutes).
+    const silent = silentEnv('WAITING_ROOM', 'report');
+    type Role = { env: unknown; reporting: boolean; ticking: boolean; reportedAt: number; tick(): Promise<void> };
+    const outcome = await runInDurableObject(roomShard(env, { id: goodsId, locationHint: null }, 0), async (instance) => {
+      const role = (instance as unknown as { shardRole: Role }).shardRole;
+      while (role.reporting || role.ticking) {
+        await sleep(10);
+      }
+      const real = role.env;
+      role.env = silent;
+      const started = Date.now();
+      await role.tick();
+      const tookMs = Date.now() - started;
+      const stillReporting = role.reporting;
+      role.env = real;
+      const before = role.reportedAt;
+      await role.tick();
+      return { tookMs, stillReporting, reportedAgain: role.reportedAt > before };
+    });
+    expect(outcome.stillReporting).toBe(false);
+    expect(outcome.tookMs).toBeGreaterThanOrEqual(REPORT_DEADLINE_MS - 50);
+    expect(outcome.tookMs).toBeLessThan(REPORT_DEADLINE_MS + 5_000);
+    expect(outcome.reportedAgain).toBe(true);
+  });
+
+  it('the coordinator gives up a stock read that never answers after 1.5 s: its decision admits by the rate alone', async () => {
+    const goodsId = await roomWithShopper('silent-stock');
+    const silent = silentEnv('GOODS_STOCK', 'snapshot');
+    type Hub = { env: unknown; goods: unknown; readStock(goods: unknown): Promise<unknown> };
+    const outcome = await runInDurableObject(roomHub(env, { id: goodsId, locationHint: null }), async (instance) => {
+      const hub = (instance as unknown as { hubRole: Hub }).hubRole;
+      const real = hub.env;
+      hub.env = silent;
+      const started = Date.now();
+      const stock = await hub.readStock(hub.goods);
+      hub.env = real;
+      return { stock, tookMs: Date.now() - started, after: await hub.readStock(hub.goods) };
+    });
+    expect(outcome.stock).toBeUndefined();
+    expect(outcome.tookMs).toBeGreaterThanOrEqual(1_450);
+    expect(outcome.tookMs).toBeLessThan(6_000);
+    expect(outcome.after).toMatchObject({ remaining: 4 });
   });
 });
 
