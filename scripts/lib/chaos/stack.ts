@@ -63,6 +63,10 @@ export class WorkerEvents {
       if (this.verbose) {
         process.stderr.write(`  worker: ${line.slice(0, 400)}\n`);
       }
+    } else if (this.verbose && event === 'runtime.output') {
+      // The runtime's own lines (an uncaught exception, a dropped connection): what a fault
+      // that leaves no log line of the Worker's can be read from.
+      process.stderr.write(`  runtime: ${line.slice(0, 400)}\n`);
     }
     for (const fn of this.listeners) {
       fn(event, line);
