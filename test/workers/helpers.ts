@@ -447,9 +447,17 @@ export function parsePrometheus(text: string): { types: Map<string, string>; sam
   return { types, samples };
 }
 
-/** GET /admin/metrics, checked to be Prometheus text, parsed. */
+/**
+ * GET /admin/metrics, checked to be Prometheus text, parsed. A scrape that meets a metrics shard
+ * later than its 3 s is 503 with Retry-After (a loaded machine's, once in a rehearsal), which a
+ * Prometheus server meets by scraping again: so does this, twice at most.
+ */
 export async function scrape() {
-  const res = await call('/admin/metrics', { headers: ADMIN });
+  let res = await call('/admin/metrics', { headers: ADMIN });
+  for (let retry = 0; retry < 2 && res.status === 503; retry++) {
+    await new Promise((resolve) => setTimeout(resolve, Number(res.headers.get('retry-after') ?? '1') * 1000));
+    res = await call('/admin/metrics', { headers: ADMIN });
+  }
   expect(res.status).toBe(200);
   expect(res.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
   return parsePrometheus(await res.text());
