@@ -9,18 +9,11 @@ import { roomHub } from '../routing';
 import { type Ticket, toRow } from './book';
 import { acceptLive, attachmentOf, due, pushResults, resultEvent, send, sent, stateEvent, userTag } from './live';
 import { arrivalKey, shuffleKey } from './rules';
-import { Standing, TICK_MS } from './standing';
+import { REPORT_DEADLINE_MS, Standing, TICK_MS } from './standing';
 import { ShardCounters as Counters, type RoomStorage } from './storage';
 
 /** How often a shard whose waiting shoppers are all sold out looks whether units came back. */
 const SOLD_OUT_TICK_MS = 5_000;
-/**
- * How long a report waits for the coordinator. A call that never answers (seen under resets of
- * the room's objects: one shard's line stood still for three minutes) would otherwise hold the
- * report, and with it every tick of this shard; given up, it is made again on the next tick, and
- * the rounds it missed come with that answer.
- */
-export const REPORT_DEADLINE_MS = 3 * TICK_MS;
 /** The close code of a live channel whose join the shard refused (the reason names why: NOT_STARTED, ENDED). */
 const JOIN_REFUSED_CLOSE = 4409;
 /** An alarm this late is run by the shard's next call instead (catchUp): see docs/waiting-room.md on joining upgrades. */

@@ -14,6 +14,13 @@ import { after, etaSeconds, exactKeysFor, joinPace, type Measured, measuredOr, N
 
 /** How often a busy shard reports to the coordinator. */
 export const TICK_MS = 1_000;
+/**
+ * How long a report waits for the coordinator. A call that never answers (seen under resets of
+ * the room's objects: one shard's line stood still for three minutes) would otherwise hold the
+ * report, and with it every tick of the shard; given up, it is made again on the next tick, and
+ * the rounds it missed come with that answer.
+ */
+export const REPORT_DEADLINE_MS = 3 * TICK_MS;
 /** A purchase token got just before a pass lapses still buys for its 60 s (workers/edge/purchase.ts). */
 const TOKEN_GRACE_MS = 60_000;
 

@@ -6,7 +6,7 @@ import { runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import { goodsStock, roomHub, roomShard } from '../../durable-objects/routing';
-import { REPORT_DEADLINE_MS } from '../../durable-objects/waiting-room/shard';
+import { REPORT_DEADLINE_MS } from '../../durable-objects/waiting-room/standing';
 import { objectCall } from '../../workers/edge/object-unavailable';
 import { hmacHex } from '../../workers/kernel/crypto';
 import { askObjectReset, GUARD_LIST_RESET_NAME, guardResetName, LIMITS_RESET_NAME, resetName } from '../../workers/kernel/dev-faults';
