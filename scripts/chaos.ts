@@ -13,7 +13,7 @@ import { ResultPoller, runCrowd } from './lib/chaos/crowd.ts';
 import { actFault, type FaultLog } from './lib/chaos/faults.ts';
 import { CHAOS_USAGE, type ChaosOptions, type ChaosPlan, chaosPlan, describeSchedule, parseChaosOptions } from './lib/chaos/plan.ts';
 import { type ChaosStack, productionQueueSchedule, startChaosStack } from './lib/chaos/stack.ts';
-import { PhaseTally, type ResultStatus } from './lib/chaos/tally.ts';
+import { clock, PhaseTally, type ResultStatus } from './lib/chaos/tally.ts';
 import { describeLine, exitCode, faultEvidence, formatVerdict, judgePhase } from './lib/chaos/verdict.ts';
 import { type AdminApi, adminApi } from './lib/load/admin.ts';
 import { read } from './lib/load/contract.ts';
@@ -22,6 +22,10 @@ import { httpClient } from './lib/load/http-client.ts';
 const say = (line: string) => process.stderr.write(`${line}\n`);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const seconds = (since: number) => Math.round((Date.now() - since) / 1000);
+
+/** Heads the lines a verbose run prints around its requests without an answer (.ci/run looks for it). */
+const AROUND_UNANSWERED = "the Worker's and the runtime's lines around the requests without an answer";
+const AROUND_MS = 2_000;
 
 type Sale = { goodsId: number; tally: PhaseTally; faultLog?: FaultLog; workerEvents?: Record<string, number> };
 
@@ -232,6 +236,13 @@ async function run(o: ChaosOptions): Promise<number> {
     );
     const took = `${seconds(runStarted)} s (${o.mode}), ${stack.cronRuns()} cron firings`;
     process.stdout.write(`\n${formatVerdict(verdicts, [...header, `took ${took}`, ''])}\n`);
+    const unanswered = sales.flatMap((s) => s.tally.noAnswerAt);
+    if (o.verbose && unanswered.length > 0) {
+      // Last, where a long log's tail is read: what the Worker and the runtime said about then.
+      process.stdout.write(
+        `\n${AROUND_UNANSWERED} (${unanswered.map(clock).join(', ')}), within ${AROUND_MS / 1000} s:\n${stack.events.linesAround(unanswered, AROUND_MS).join('\n') || '  (none)'}\nend of the lines around them\n`,
+      );
+    }
     if (o.json) {
       const result = {
         mode: o.mode,

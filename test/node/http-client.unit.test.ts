@@ -7,9 +7,11 @@ import { httpClient } from '../../scripts/lib/load/http-client.ts';
 
 /**
  * A minimal HTTP/1.1 server: each connection answers its first request (kept alive) and resets
- * on its second, before answering it. Counts the requests it answered.
+ * on its second, before answering it (with `resetFirst`, on its first). Counts the requests it answered.
  */
-async function oneRequestAConnection(): Promise<{ server: Server; url: string; answered: () => number; connections: () => number }> {
+async function oneRequestAConnection(
+  resetFirst = false,
+): Promise<{ server: Server; url: string; answered: () => number; connections: () => number }> {
   let answered = 0;
   let connections = 0;
   const server = createServer((socket: Socket) => {
@@ -21,7 +23,7 @@ async function oneRequestAConnection(): Promise<{ server: Server; url: string; a
       while (buffered.includes('\r\n\r\n')) {
         buffered = buffered.slice(buffered.indexOf('\r\n\r\n') + 4);
         requests++;
-        if (requests > 1) {
+        if (requests > 1 || resetFirst) {
           socket.resetAndDestroy();
           return;
         }
@@ -67,6 +69,41 @@ describe('httpClient', () => {
       expect(again.map((a) => `${a.status}${a.error ? ` ${a.error}` : ''}`)).toEqual(['200', '200', '200', '200']);
       expect(http.staleRetries).toBe(4);
       expect(s.answered()).toBe(8);
+    } finally {
+      http.close();
+    }
+  });
+
+  it('says what a request without an answer went out on, and when it failed', async () => {
+    const s = await oneRequestAConnection(true);
+    server = s.server;
+    const http = httpClient(s.url, { maxSockets: 1, timeoutMs: 5_000 });
+    try {
+      const before = Date.now();
+      const lost = await http.post('/', { json: {} });
+      expect(lost).toMatchObject({ status: 0, error: 'ECONNRESET', failure: { connection: 'new' } });
+      expect(lost.failure?.at).toBeGreaterThanOrEqual(before);
+      expect(http.staleRetries).toBe(0);
+    } finally {
+      http.close();
+    }
+  });
+
+  it('names a connection sent again after its kept-alive one was closed, when that one fails too', async () => {
+    const s = await oneRequestAConnection();
+    server = s.server;
+    const http = httpClient(s.url, { maxSockets: 1, timeoutMs: 5_000 });
+    try {
+      expect((await http.get('/')).status).toBe(200);
+      // The kept-alive connection resets its second request; the new connection for the retry
+      // meets a server that resets at once.
+      const answered = s.answered();
+      s.server.removeAllListeners('connection');
+      s.server.on('connection', (socket: Socket) => socket.once('data', () => socket.resetAndDestroy()));
+      const lost = await http.post('/', { json: {} });
+      expect(lost).toMatchObject({ status: 0, error: 'ECONNRESET', failure: { connection: 'new, after a kept-alive one was closed' } });
+      expect(http.staleRetries).toBe(1);
+      expect(s.answered()).toBe(answered);
     } finally {
       http.close();
     }

@@ -15,6 +15,7 @@ import { type HttpClient, httpClient } from '../load/http-client.ts';
 import { startWorkerStack, type WorkerStack } from '../miniflare-stack.ts';
 import type { ChaosPlan, QueueSchedule, QueueSettings } from './plan.ts';
 import { type OwnServer, startOwnPostgres, startOwnRedis } from './services.ts';
+import { clock } from './tally.ts';
 
 const configPath = fileURLToPath(new URL('../../../wrangler.toml', import.meta.url));
 
@@ -36,6 +37,9 @@ export function productionQueueSchedule(): QueueSchedule {
   return { orders: settings('orders'), deadLetters: settings('dead-letters'), timeouts: settings('timeouts') };
 }
 
+/** How many printed lines a verbose run keeps for linesAround. */
+const RECENT_LINES = 20_000;
+
 /** The Worker's log events: counted, the last time of each, a few warning lines kept. */
 export class WorkerEvents {
   readonly counts: Record<string, number> = {};
@@ -43,7 +47,25 @@ export class WorkerEvents {
   readonly samples: Record<string, string[]> = {};
   private readonly listeners: ((event: string, line: string) => void)[] = [];
 
+  /** Under --verbose, the lines printed, stamped (the last RECENT_LINES), for linesAround. */
+  private readonly recent: { at: number; text: string }[] = [];
+
   constructor(private readonly verbose: boolean) {}
+
+  /** The verbose lines printed within `spanMs` of any of `times` (epoch ms), in order. */
+  linesAround(times: readonly number[], spanMs: number): string[] {
+    return this.recent.filter((l) => times.some((t) => Math.abs(l.at - t) <= spanMs)).map((l) => l.text);
+  }
+
+  private print(kind: 'worker' | 'runtime', line: string): void {
+    const at = Date.now();
+    const text = `  ${kind}: ${clock(at)} ${line.slice(0, 400)}`;
+    process.stderr.write(`${text}\n`);
+    this.recent.push({ at, text });
+    if (this.recent.length > RECENT_LINES) {
+      this.recent.splice(0, this.recent.length - RECENT_LINES);
+    }
+  }
 
   /** Calls `fn` for every event line from now on. */
   listen(fn: (event: string, line: string) => void): () => void {
@@ -61,12 +83,12 @@ export class WorkerEvents {
         this.samples[event] = samples;
       }
       if (this.verbose) {
-        process.stderr.write(`  worker: ${line.slice(0, 400)}\n`);
+        this.print('worker', line);
       }
     } else if (this.verbose && event === 'runtime.output') {
       // The runtime's own lines (an uncaught exception, a dropped connection): what a fault
       // that leaves no log line of the Worker's can be read from.
-      process.stderr.write(`  runtime: ${line.slice(0, 400)}\n`);
+      this.print('runtime', line);
     }
     for (const fn of this.listeners) {
       fn(event, line);

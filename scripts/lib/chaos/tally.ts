@@ -50,6 +50,8 @@ export class PhaseTally {
   noAnswer = 0;
   readonly fiveXXExamples: string[] = [];
   readonly noAnswerExamples: string[] = [];
+  /** When the first requests without an answer failed (epoch ms): the run prints the stack's lines around them. */
+  readonly noAnswerAt: number[] = [];
   readonly hostile = { sent: 0, refused: 0, letThrough: 0, examples: [] as string[] };
   readonly idempotency = { compared: 0, mismatches: 0, examples: [] as string[] };
   readonly line = lineCounts();
@@ -64,8 +66,13 @@ export class PhaseTally {
     counts[key] = (counts[key] ?? 0) + 1;
     if (answer.status === 0) {
       this.noAnswer++;
+      const f = answer.failure;
+      if (f && this.noAnswerAt.length < 20) {
+        this.noAnswerAt.push(f.at);
+      }
       if (this.noAnswerExamples.length < 5) {
-        this.noAnswerExamples.push(`${what}: ${answer.error ?? 'no answer'} after ${Math.round(answer.ms)} ms`);
+        const where = f ? ` (${clock(f.at)}, ${f.connection} connection)` : '';
+        this.noAnswerExamples.push(`${what}: ${answer.error ?? 'no answer'} after ${Math.round(answer.ms)} ms${where}`);
       }
     } else if (allowed503(answer)) {
       this.busy++;
@@ -136,4 +143,9 @@ export class PhaseTally {
       line: { ...this.line },
     };
   }
+}
+
+/** 19:52:01.123 (UTC), as the verbose lines are stamped. */
+export function clock(at: number): string {
+  return new Date(at).toISOString().slice(11, 23);
 }

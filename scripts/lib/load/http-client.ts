@@ -6,7 +6,16 @@ import https from 'node:https';
 import { errorOf } from './contract.ts';
 
 /** What a request got back; `json` is the parsed body when it was JSON (unchecked). */
-export type Answer = { status: number; body: string; json: unknown; ms: number; headers: IncomingHttpHeaders; error?: string };
+export type Answer = {
+  status: number;
+  body: string;
+  json: unknown;
+  ms: number;
+  headers: IncomingHttpHeaders;
+  error?: string;
+  /** With `error`: what the request went out on, and when it failed (epoch ms), to line it up with the server's log. */
+  failure?: { connection: 'kept-alive' | 'new' | 'new, after a kept-alive one was closed'; at: number };
+};
 export type RequestInit = { headers?: Record<string, string>; body?: string | Buffer; json?: unknown; timeoutMs?: number };
 export type HttpClient = ReturnType<typeof httpClient>;
 
@@ -39,7 +48,11 @@ export function httpClient(
       // never reached it; a browser sends it again on a new connection, and so do we: a new one,
       // not the pool's next, which the server may have closed the same way.
       stats.staleRetries++;
-      return once(method, path, init, true);
+      const again = await once(method, path, init, true);
+      if (again.failure) {
+        again.failure.connection = 'new, after a kept-alive one was closed';
+      }
+      return again;
     }
     return answer;
   }
@@ -92,17 +105,18 @@ export function httpClient(
             finish({ status: res.statusCode ?? 0, body: text, json, headers: res.headers });
           });
           res.on('error', (e: NodeJS.ErrnoException) =>
-            finish({ status: 0, body: '', json: undefined, headers: {}, error: e.code ?? e.message }),
+            finish({ status: 0, body: '', json: undefined, headers: {}, error: e.code ?? e.message, failure: failure() }),
           );
         },
       );
+      const failure = () => ({ connection: req.reusedSocket ? 'kept-alive' : 'new', at: Date.now() }) as const;
       req.setTimeout(init.timeoutMs ?? timeoutMs, () => {
         req.destroy();
-        finish({ status: 0, body: '', json: undefined, headers: {}, error: 'timeout' });
+        finish({ status: 0, body: '', json: undefined, headers: {}, error: 'timeout', failure: failure() });
       });
       req.on('error', (e: NodeJS.ErrnoException) => {
         const stale = req.reusedSocket && !responded && (e.code === 'ECONNRESET' || e.code === 'EPIPE');
-        finish({ status: 0, body: '', json: undefined, headers: {}, error: e.code ?? e.message, staleSocket: stale });
+        finish({ status: 0, body: '', json: undefined, headers: {}, error: e.code ?? e.message, failure: failure(), staleSocket: stale });
       });
       req.end(body);
     });
