@@ -3,6 +3,7 @@ import { acquirePermit } from '../../workers/edge/admission';
 import type { RateShare } from '../../workers/kernel/contract';
 import { AppError } from '../../workers/kernel/errors';
 import { sleep } from '../../workers/kernel/sleep';
+import { UPKEEP_CALL_MS } from '../../workers/kernel/within';
 
 // How an isolate keeps its share of a goods' admission rate when the gate answers in ways the
 // running gate does not: an earlier build's gate (no renewMs), a rate changed mid-sale, a gate
@@ -139,5 +140,23 @@ describe('an isolate renewing its admission share', () => {
       'BUSY',
     ]);
     expect(asks).toHaveLength(2);
+  });
+
+  it('gives up a renewal the gate never answers after UPKEEP_CALL_MS: BUSY, and the next purchase asks again', async () => {
+    const silent = { ADMISSION_GATE: { idFromName: (name: string) => name, get: () => ({ share: () => new Promise(() => {}) }) } };
+    const goods = freshGoods();
+    const started = Date.now();
+    const refused = await acquirePermit(silent as unknown as Env, goods, 1000).then(
+      () => 'admitted',
+      (error: unknown) => (error instanceof AppError ? error.code : String(error)),
+    );
+    const tookMs = Date.now() - started;
+    expect(refused).toBe('BUSY');
+    expect(tookMs).toBeGreaterThanOrEqual(UPKEEP_CALL_MS - 50);
+    expect(tookMs).toBeLessThan(UPKEEP_CALL_MS + 3_000);
+    // The pool is not left renewing: a gate that answers is asked, and the purchase admitted.
+    const { env, asks } = gateEnv(({ rate }) => ({ perSecond: rate, validMs: 5_000, renewMs: 2_500 }));
+    await acquirePermit(env, goods, 1000);
+    expect(asks).toHaveLength(1);
   });
 });

@@ -7,9 +7,11 @@ import {
   REPORT_INTERVAL_MS,
   reportIntervalMs,
   scheduleGuardReport,
+  spreadBans,
 } from '../../workers/edge/guard-reports';
 import type { BanPolicy, GuardReply, KeyReport } from '../../workers/kernel/contract';
 import { sleep } from '../../workers/kernel/sleep';
+import { UPKEEP_CALL_MS } from '../../workers/kernel/within';
 
 // A busy isolate has keys on every guard shard; a report round calls at most CALLS_PER_ROUND of
 // them, the busiest first, and no shard's keys wait for ever.
@@ -212,4 +214,37 @@ describe("a guard shard's pace", () => {
     const small = fleet(1_500, 20);
     expect(mean(small.slice(5))).toBeCloseTo(375, -1);
   });
+});
+
+describe('a guard shard that never answers', () => {
+  const silent = {
+    EDGE_GUARD: { idFromName: (name: string) => name, get: () => ({ account: () => new Promise(() => {}) }) },
+  } as unknown as Env;
+
+  it('holds a refused request carrying a new ban for UPKEEP_CALL_MS at most: the isolate enforces the ban regardless', async () => {
+    const started = Date.now();
+    await spreadBans(silent, [{ id: 'ip:203.0.113.77', until: Date.now() + 60_000 }], POLICY);
+    const tookMs = Date.now() - started;
+    expect(tookMs).toBeGreaterThanOrEqual(UPKEEP_CALL_MS - 50);
+    expect(tookMs).toBeLessThan(UPKEEP_CALL_MS + 3_000);
+  }, 30_000);
+
+  it("leaves the isolate's report rounds free to run: the next round reaches a shard that answers", async () => {
+    const heard: string[] = [];
+    const answering = shardsThatAnswer((report) => heard.push(...report.keys.map((k) => k.id)));
+    const kept: Promise<unknown>[] = [];
+    await sleep(REPORT_INTERVAL_MS);
+    limiter.admit([{ id: 'user:reported-to-a-silent-shard', scope: 'purchase', perSecond: 10 }], POLICY, Date.now());
+    scheduleGuardReport(silent, POLICY, (p) => kept.push(p));
+    // The silent round ends at its deadline; the run ends with it (its counts went with the call).
+    const started = Date.now();
+    await Promise.all(kept.splice(0));
+    expect(Date.now() - started).toBeLessThan(UPKEEP_CALL_MS + 3_000);
+    limiter.admit([{ id: 'user:after-the-silent-round', scope: 'purchase', perSecond: 10 }], POLICY, Date.now());
+    scheduleGuardReport(answering.env, POLICY, answering.waitUntil);
+    while (answering.kept.length > 0) {
+      await Promise.all(answering.kept.splice(0));
+    }
+    expect(heard).toContain('user:after-the-silent-round');
+  }, 30_000);
 });

@@ -3,6 +3,8 @@ import { env } from 'cloudflare:workers';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { LimitsStore } from '../../durable-objects/limits-store/index';
 import { LIMITS_REPLICAS, limitsReplica, limitsStore } from '../../durable-objects/routing';
+import { currentLimits, LIMITS_TTL_MS } from '../../workers/edge/limits';
+import { UPKEEP_CALL_MS } from '../../workers/kernel/within';
 import { restoreLimits, setLimits } from './helpers';
 
 // The isolates read the runtime limits from LIMITS_REPLICAS copies, not from the store: the
@@ -42,4 +44,23 @@ describe('limits copies', () => {
     vi.setSystemTime(now + 1_000);
     expect((await limitsReplica(env, 5).replicaLimits()).limits.perUserPerSecond).toBe(8);
   });
+});
+
+describe("an isolate's limits copy that never answers", () => {
+  it('holds a request renewing a lapsed copy for UPKEEP_CALL_MS at most: it is served the limits it had', async () => {
+    const known = await currentLimits(env);
+    const silent = {
+      ...env,
+      LIMITS_STORE: { idFromName: (name: string) => name, get: () => ({ replicaLimits: () => new Promise(() => {}) }) },
+    };
+    const started = Date.now();
+    // Its copy lapsed: this request renews it and waits for the copy's answer.
+    const served = await currentLimits(silent as unknown as Env, undefined, Date.now() + 2 * LIMITS_TTL_MS);
+    const tookMs = Date.now() - started;
+    expect(served).toEqual(known);
+    expect(tookMs).toBeGreaterThanOrEqual(UPKEEP_CALL_MS - 50);
+    expect(tookMs).toBeLessThan(UPKEEP_CALL_MS + 3_000);
+    // A copy that answers renews it again.
+    expect(await currentLimits(env, undefined, Date.now() + 2 * LIMITS_TTL_MS)).toEqual(known);
+  }, 30_000);
 });

@@ -1,4 +1,16 @@
 /**
+ * How long the edge waits for an object's answer to a call made for its own upkeep (a guard
+ * report, a limits copy, an admission share): a call that never answers would otherwise hold
+ * the upkeep it belongs to for good, as one had held a waiting-room shard's line.
+ */
+export const UPKEEP_CALL_MS = 3_000;
+
+/** The error a late upkeep call ends with. */
+export function lateCall(what: string): () => Error {
+  return () => new Error(`${what} did not answer within ${UPKEEP_CALL_MS} ms`);
+}
+
+/**
  * `work`'s value, or the error `late()` makes after `ms`. The work itself goes on and what it
  * comes to is dropped: a call to an object cannot be taken back, only no longer waited for.
  */
