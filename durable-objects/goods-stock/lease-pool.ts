@@ -1,5 +1,6 @@
 import { log } from '../../workers/kernel/log';
 import { leaseChunk } from '../../workers/kernel/shards';
+import { lateCall, within } from '../../workers/kernel/within';
 import type { goodsStock } from '../routing';
 import type { LeaseRow, LeaseStore } from './lease-store';
 import type { Sale } from './storage';
@@ -17,6 +18,26 @@ const IN_FLIGHT_WAIT_MS = 25;
 const GATHER_MS = 1_500;
 /** How long a shard, and shard 0, take a sure "none" for the sell-out (leases.ts). */
 export const SOLD_OUT_MEMORY_MS = 1_000;
+
+/**
+ * A call to another shard of the goods that has not answered after this long counts as
+ * unanswered: its id stays pending for the alarm to ask again (the same id gets the same
+ * answer). Without it one call that never answered held its single-flight (a refill, a sweep, a
+ * shard's give-backs) and every purchase waiting on it for good.
+ */
+export const SHARD_CALL_MS = 3_000;
+
+/**
+ * `call`, or an error once it has gone `ms` unanswered. A call to shard 0 that may make calls of
+ * its own (a grant's sweep, the goods' figure) waits NESTED_CALL_MS, so shard 0's answer that a
+ * shard did not answer reaches its asker in time.
+ */
+export function shardCall<T>(call: Promise<T>, what: string, ms = SHARD_CALL_MS): Promise<T> {
+  return within(call, ms, lateCall(what, ms));
+}
+
+/** See shardCall. */
+export const NESTED_CALL_MS = 2 * SHARD_CALL_MS;
 
 /**
  * Shard 0's answer to a lease ask; `unsure` when a dry ask's sweep could not reach every unit
@@ -173,12 +194,7 @@ export class LeasePool {
     const others = Array.from({ length: this.c.place().shards - 1 }, (_, i) => i + 1);
     this.c.countCall(others.length);
     const figures = await Promise.all(
-      others.map((j) =>
-        this.c
-          .stub(sale, j)
-          .snapshot()
-          .catch(() => undefined),
-      ),
+      others.map((j) => shardCall(this.c.stub(sale, j).snapshot(), `shard ${j}'s snapshot`).catch(() => undefined)),
     );
     return figures.reduce((n, s) => n + (s?.free ?? s?.remaining ?? 0), this.ownLeft(sale));
   }
@@ -336,7 +352,7 @@ export class LeasePool {
     this.c.countCall(1);
     let reply: GiveBack;
     try {
-      reply = await this.c.stub(sale, j).giveBack(sale.goodsId, reclaimId, max);
+      reply = await shardCall(this.c.stub(sale, j).giveBack(sale.goodsId, reclaimId, max), `shard ${j}'s give-back`);
     } catch (error) {
       log.warn('goods_stock.give_back_failed', { goodsId: sale.goodsId, shard: j, error });
       this.c.retryAt(Date.now() + 1_000);

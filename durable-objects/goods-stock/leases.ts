@@ -2,7 +2,16 @@ import type { StockSnapshot } from '../../workers/kernel/contract';
 import { log } from '../../workers/kernel/log';
 import { leaseChunk } from '../../workers/kernel/shards';
 import { goodsStock } from '../routing';
-import { type Gathered, type GiveBack, type Grant, LeasePool, SOLD_OUT_MEMORY_MS } from './lease-pool';
+import {
+  type Gathered,
+  type GiveBack,
+  type Grant,
+  LeasePool,
+  NESTED_CALL_MS,
+  SHARD_CALL_MS,
+  SOLD_OUT_MEMORY_MS,
+  shardCall,
+} from './lease-pool';
 import { type LeaseRow, LeaseStore } from './lease-store';
 import type { Sale } from './storage';
 
@@ -148,7 +157,7 @@ export class Leases {
 
   /**
    * A batch this shard cannot cover asks for stock until it can or none comes, three asks at
-   * most (its shoppers wait; `on` says the sale still is), then runs `commit`, its transaction,
+   * most and none begun after SHARD_CALL_MS (its shoppers wait; `on` says the sale still is), then runs `commit`, its transaction,
    * with no await after the last check: units that came may have gone to another of this
    * shard's batches on the way back (batches share an ask), and the loop then asks again.
    * Meanwhile its units are wanted: the goods' figure a refusal gives leaves them out (`free`).
@@ -162,8 +171,10 @@ export class Leases {
     }
     this.wanted += units;
     let known = true;
+    const started = Date.now();
     try {
-      for (let round = 0; round < 3 && on() && this.short(units); round++) {
+      // No new ask once SHARD_CALL_MS has gone by: an ask that met a shard not answering took that long.
+      for (let round = 0; round < 3 && on() && this.short(units) && (round === 0 || Date.now() - started < SHARD_CALL_MS); round++) {
         const filled = await this.fill(units);
         known = filled.sure;
         if (filled.units === 0 && filled.sure) {
@@ -250,7 +261,11 @@ export class Leases {
     this.poolCalls++;
     let grant: Grant;
     try {
-      grant = await this.stub(sale, 0).grant(sale.goodsId, this.row.shard, grantId, want, need, dry, sale.remaining);
+      grant = await shardCall(
+        this.stub(sale, 0).grant(sale.goodsId, this.row.shard, grantId, want, need, dry, sale.remaining),
+        "shard 0's grant",
+        NESTED_CALL_MS,
+      );
     } catch (error) {
       this.host.retryAt(Date.now() + 1_000);
       throw error;
@@ -302,12 +317,10 @@ export class Leases {
       return this.free(sale);
     }
     this.poolCalls++;
-    return this.stub(sale, 0)
-      .goodsLeft(sale.goodsId)
-      .catch((error: unknown) => {
-        log.warn('goods_stock.goods_left_failed', { goodsId: sale.goodsId, error });
-        return this.host.sale()?.remaining ?? 0;
-      });
+    return shardCall(this.stub(sale, 0).goodsLeft(sale.goodsId), "shard 0's goods left", NESTED_CALL_MS).catch((error: unknown) => {
+      log.warn('goods_stock.goods_left_failed', { goodsId: sale.goodsId, error });
+      return this.host.sale()?.remaining ?? 0;
+    });
   }
 
   // Every shard but 0.
@@ -348,9 +361,9 @@ export class Leases {
     if (!sale || this.row.shards <= 1 || this.row.shard === 0) {
       return;
     }
-    await this.stub(sale, 0)
-      .report(this.row.shard, sale.remaining)
-      .catch((error: unknown) => log.warn('goods_stock.report_failed', { goodsId: sale.goodsId, error }));
+    await shardCall(this.stub(sale, 0).report(this.row.shard, sale.remaining), "shard 0's report").catch((error: unknown) =>
+      log.warn('goods_stock.report_failed', { goodsId: sale.goodsId, error }),
+    );
   }
 
   /** The alarm: asks again whatever lost its answer. */

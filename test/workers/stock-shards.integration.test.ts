@@ -3,6 +3,7 @@ import { eq } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { seckillOrder } from '../../db/schema';
 import type { GoodsStock } from '../../durable-objects/goods-stock/index';
+import { SHARD_CALL_MS } from '../../durable-objects/goods-stock/lease-pool';
 import type { LeaseRow } from '../../durable-objects/goods-stock/lease-store';
 import { goodsStock } from '../../durable-objects/routing';
 import { shardOf } from '../../workers/kernel/shards';
@@ -170,27 +171,45 @@ describe('stock shards: a sale', () => {
     await shardTwoBuysTheUnit(goodsId, 'asker-holds');
   });
 
-  it('a dry shard that cannot reach a shard holding units tells its shopper to retry, not SOLD_OUT', async () => {
-    // One unit over 3 shards, moved to shard 1; then shard 1 fails every give-back for a while.
+  /**
+   * One unit over 3 shards, moved to shard 1, whose give-backs meet `giveBack` for a while: a
+   * shopper of shard 2 is told to retry (503 BUSY, not SOLD_OUT), and once shard 1 answers again
+   * the retry (a new token: the refused one is still unspent too) buys the unit. The refusal's wait.
+   */
+  async function unreachableHolder(name: string, giveBack: () => unknown): Promise<number> {
     const { goodsId } = await createGoods({ stock: 1, shards: 3 });
     await (await grantInFlight(goodsId, 1, 1)).land();
     const shard1 = goodsStock(env, { id: goodsId, locationHint: null }, 1);
     type Patchable = { leases: { giveBack?: unknown } };
     await runInDurableObject(shard1, (instance: GoodsStock) => {
-      (instance as unknown as Patchable).leases.giveBack = () => {
-        throw new Error('shard unreachable');
-      };
+      (instance as unknown as Patchable).leases.giveBack = giveBack;
     });
-    const [shopper] = usersOn('unreachable', 2, 3, 1);
+    const [shopper] = usersOn(name, 2, 3, 1);
+    const started = Date.now();
     const refused = await buy(shopper ?? '', goodsId);
+    const tookMs = Date.now() - started;
     expect(refused).toMatchObject({ status: 503, body: { error: { code: 'BUSY' } } });
     await runInDurableObject(shard1, (instance: GoodsStock) => {
       delete (instance as unknown as Patchable).leases.giveBack;
     });
-    // The retry (a new token: the refused one is still unspent too) gets the unit.
     expect((await buy(shopper ?? '', goodsId)).status).toBe(202);
     expect(await settled(goodsId)).toMatchObject({ doRemaining: 0, orders: { PENDING_PAYMENT: 1 }, consistent: true });
+    return tookMs;
+  }
+
+  it('a dry shard that cannot reach a shard holding units tells its shopper to retry, not SOLD_OUT', async () => {
+    await unreachableHolder('unreachable', () => {
+      throw new Error('shard unreachable');
+    });
   });
+
+  it('a dry shard whose give-back call never answers tells its shopper to retry within seconds, and the retry buys', async () => {
+    // The sweep gives the call up after SHARD_CALL_MS, where it had held the sweep, and every
+    // purchase behind it, for good; not the edge's 10 s wait for the object either.
+    const tookMs = await unreachableHolder('silent-give-back', () => new Promise(() => {}));
+    expect(tookMs).toBeGreaterThanOrEqual(SHARD_CALL_MS - 50);
+    expect(tookMs).toBeLessThan(SHARD_CALL_MS + 4_000);
+  }, 30_000);
 
   /**
    * One unit over 3 shards, moved to shard 2 and bought there; then `loseAnswer` leaves an ask

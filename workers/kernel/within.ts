@@ -5,9 +5,9 @@
  */
 export const UPKEEP_CALL_MS = 3_000;
 
-/** The error a late upkeep call ends with. */
-export function lateCall(what: string): () => Error {
-  return () => new Error(`${what} did not answer within ${UPKEEP_CALL_MS} ms`);
+/** The error a late call ends with. */
+export function lateCall(what: string, ms = UPKEEP_CALL_MS): () => Error {
+  return () => new Error(`${what} did not answer within ${ms} ms`);
 }
 
 /**
