@@ -81,7 +81,8 @@ describe('httpClient', () => {
     try {
       const before = Date.now();
       const lost = await http.post('/', { json: {} });
-      expect(lost).toMatchObject({ status: 0, error: 'ECONNRESET', failure: { connection: 'new' } });
+      // A reset, not a close: Node says which.
+      expect(lost).toMatchObject({ status: 0, error: 'ECONNRESET', failure: { connection: 'new', message: 'read ECONNRESET' } });
       expect(lost.failure?.at).toBeGreaterThanOrEqual(before);
       expect(http.staleRetries).toBe(0);
     } finally {

@@ -71,7 +71,7 @@ export class PhaseTally {
         this.noAnswerAt.push(f.at);
       }
       if (this.noAnswerExamples.length < 5) {
-        const where = f ? ` (${clock(f.at)}, ${f.connection} connection)` : '';
+        const where = f ? ` (${clock(f.at)}, ${f.connection} connection${f.message ? `, "${f.message}"` : ''})` : '';
         this.noAnswerExamples.push(`${what}: ${answer.error ?? 'no answer'} after ${Math.round(answer.ms)} ms${where}`);
       }
     } else if (allowed503(answer)) {

@@ -14,7 +14,12 @@ export type Answer = {
   headers: IncomingHttpHeaders;
   error?: string;
   /** With `error`: what the request went out on, and when it failed (epoch ms), to line it up with the server's log. */
-  failure?: { connection: 'kept-alive' | 'new' | 'new, after a kept-alive one was closed'; at: number };
+  failure?: {
+    connection: 'kept-alive' | 'new' | 'new, after a kept-alive one was closed';
+    at: number;
+    /** Node's message: "socket hang up" when the server closed the connection, "read ECONNRESET" when it was reset. */
+    message?: string | undefined;
+  };
 };
 export type RequestInit = { headers?: Record<string, string>; body?: string | Buffer; json?: unknown; timeoutMs?: number };
 export type HttpClient = ReturnType<typeof httpClient>;
@@ -105,18 +110,26 @@ export function httpClient(
             finish({ status: res.statusCode ?? 0, body: text, json, headers: res.headers });
           });
           res.on('error', (e: NodeJS.ErrnoException) =>
-            finish({ status: 0, body: '', json: undefined, headers: {}, error: e.code ?? e.message, failure: failure() }),
+            finish({ status: 0, body: '', json: undefined, headers: {}, error: e.code ?? e.message, failure: failure(e.message) }),
           );
         },
       );
-      const failure = () => ({ connection: req.reusedSocket ? 'kept-alive' : 'new', at: Date.now() }) as const;
+      const failure = (message?: string) => ({ connection: req.reusedSocket ? 'kept-alive' : 'new', at: Date.now(), message }) as const;
       req.setTimeout(init.timeoutMs ?? timeoutMs, () => {
         req.destroy();
         finish({ status: 0, body: '', json: undefined, headers: {}, error: 'timeout', failure: failure() });
       });
       req.on('error', (e: NodeJS.ErrnoException) => {
         const stale = req.reusedSocket && !responded && (e.code === 'ECONNRESET' || e.code === 'EPIPE');
-        finish({ status: 0, body: '', json: undefined, headers: {}, error: e.code ?? e.message, failure: failure(), staleSocket: stale });
+        finish({
+          status: 0,
+          body: '',
+          json: undefined,
+          headers: {},
+          error: e.code ?? e.message,
+          failure: failure(e.message),
+          staleSocket: stale,
+        });
       });
       req.end(body);
     });
