@@ -7,10 +7,14 @@ import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import { goodsStock, roomHub, roomShard } from '../../durable-objects/routing';
 import { REPORT_DEADLINE_MS } from '../../durable-objects/waiting-room/standing';
+import { getGoods } from '../../workers/edge/goods-cache';
 import { objectCall } from '../../workers/edge/object-unavailable';
+import { lineIsOn } from '../../workers/edge/waiting-room';
+import { getConfig } from '../../workers/kernel/config';
 import { hmacHex } from '../../workers/kernel/crypto';
 import { askObjectReset, GUARD_LIST_RESET_NAME, guardResetName, LIMITS_RESET_NAME, resetName } from '../../workers/kernel/dev-faults';
 import { AppError } from '../../workers/kernel/errors';
+import { UPKEEP_CALL_MS } from '../../workers/kernel/within';
 import {
   ADMIN,
   bearer,
@@ -349,6 +353,27 @@ describe("a room object's call that never answers", () => {
     expect(outcome.tookMs).toBeLessThan(REPORT_DEADLINE_MS + 5_000);
     expect(outcome.reportedAgain).toBe(true);
   });
+
+  it("an isolate gives up a note of an `auto` room's arrivals its shard never answers, and notes again", async () => {
+    const { goodsId } = await createQueuedGoods({ stock: 4, queue: { mode: 'auto', admitPerSecond: 10, shards: 1 } });
+    const row = await getGoods(getConfig(env), goodsId);
+    const silent = silentEnv('WAITING_ROOM', 'noteArrivals') as unknown as Env;
+    const started = Date.now();
+    // No answer about the line yet: this request notes the arrivals and waits for the answer.
+    expect(await lineIsOn(silent, row, Date.now(), undefined)).toBe(false);
+    const tookMs = Date.now() - started;
+    expect(tookMs).toBeGreaterThanOrEqual(UPKEEP_CALL_MS - 50);
+    expect(tookMs).toBeLessThan(UPKEEP_CALL_MS + 3_000);
+    // Not left sending: the next request asks the shard again, which answers this time.
+    const answers: boolean[] = [];
+    const noteArrivals = async () => {
+      answers.push(true);
+      return { active: true };
+    };
+    const answering = { ...env, WAITING_ROOM: { idFromName: (n: string) => n, get: () => ({ noteArrivals }) } };
+    expect(await lineIsOn(answering as unknown as Env, row, Date.now(), undefined)).toBe(true);
+    expect(answers).toHaveLength(1);
+  }, 30_000);
 
   it('the coordinator gives up a stock read that never answers after 1.5 s: its decision admits by the rate alone', async () => {
     const goodsId = await roomWithShopper('silent-stock');
