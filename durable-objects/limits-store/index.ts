@@ -3,6 +3,7 @@ import type { StoredLimits } from '../../workers/kernel/contract';
 import { LIMITS_RESET_NAME, resetEdgeObjectIfAsked, resetIfAsked } from '../../workers/kernel/dev-faults';
 import { DEFAULT_LIMITS, LimitsPatch } from '../../workers/kernel/limits';
 import { log } from '../../workers/kernel/log';
+import { lateCall, UPKEEP_CALL_MS, within } from '../../workers/kernel/within';
 import { allLimitsReplicas, legacyLimitsHolder, limitsStore } from '../routing';
 import { applyPatch, readStoredLimits } from './rules';
 import { LimitsStorage, type StoredRecord } from './storage';
@@ -52,8 +53,11 @@ export class LimitsStore extends DurableObject<Env> {
     this.limits = stored;
     await Promise.all(
       allLimitsReplicas(this.env).map((replica) =>
-        // A copy that misses the push re-reads the store within REPLICA_TTL_MS.
-        replica.replicate(stored).catch((error: unknown) => log.warn('limits.replicate_failed', { error })),
+        // A copy that misses the push (or never answers it: the change is not held for it)
+        // re-reads the store within REPLICA_TTL_MS.
+        within(replica.replicate(stored), UPKEEP_CALL_MS, lateCall('a limits copy')).catch((error: unknown) =>
+          log.warn('limits.replicate_failed', { error }),
+        ),
       ),
     );
     return stored;

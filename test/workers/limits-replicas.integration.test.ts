@@ -46,6 +46,29 @@ describe('limits copies', () => {
   });
 });
 
+describe('a limits copy that never answers', () => {
+  it("holds an operator's change for UPKEEP_CALL_MS at most, and the change is made", async () => {
+    const store = limitsStore(env);
+    const started = Date.now();
+    const stored = await runInDurableObject(store, async (instance: LimitsStore) => {
+      const held = instance as unknown as { env: Env };
+      const real = held.env;
+      const silent = { idFromName: (n: string) => n, get: () => ({ replicate: () => new Promise(() => {}) }) };
+      held.env = { ...real, LIMITS_STORE: silent } as unknown as Env;
+      try {
+        return await instance.setLimits({ perUserPerSecond: 9 });
+      } finally {
+        held.env = real;
+      }
+    });
+    const tookMs = Date.now() - started;
+    expect(stored.limits.perUserPerSecond).toBe(9);
+    expect(tookMs).toBeGreaterThanOrEqual(UPKEEP_CALL_MS - 50);
+    expect(tookMs).toBeLessThan(UPKEEP_CALL_MS + 3_000);
+    expect((await store.getLimits()).limits.perUserPerSecond).toBe(9);
+  }, 30_000);
+});
+
 describe("an isolate's limits copy that never answers", () => {
   it('holds a request renewing a lapsed copy for UPKEEP_CALL_MS at most: it is served the limits it had', async () => {
     const known = await currentLimits(env);
