@@ -109,4 +109,39 @@ describe('httpClient', () => {
       http.close();
     }
   });
+
+  it('sends again a request that waited for a pooled connection the server then closed under it', async () => {
+    // The server answers a connection's first request and closes it 30 ms later without answering
+    // another. With one socket in the pool the second request waits in the agent's queue and is
+    // handed the socket as the first answer ends, as a kept-alive one, though Node does not call
+    // it reused: the close takes it unanswered.
+    let connections = 0;
+    server = createServer((socket: Socket) => {
+      connections++;
+      let answered = false;
+      socket.on('data', () => {
+        if (!answered) {
+          answered = true;
+          socket.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: keep-alive\r\n\r\nok');
+          setTimeout(() => socket.end(), 30);
+        }
+      });
+      socket.on('error', () => {});
+    });
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const address = server.address();
+    if (!address || typeof address === 'string') {
+      throw new Error('no port');
+    }
+    const http = httpClient(`http://127.0.0.1:${address.port}`, { maxSockets: 1, timeoutMs: 5_000 });
+    try {
+      const answers = await Promise.all([http.post('/', { json: { n: 1 } }), http.post('/', { json: { n: 2 } })]);
+      expect(answers.map((a) => `${a.status}${a.error ? ` ${a.error}` : ''}`)).toEqual(['200', '200']);
+      expect(http.staleRetries).toBe(1);
+      expect(connections).toBe(2);
+    } finally {
+      http.close();
+    }
+  });
 });

@@ -63,6 +63,13 @@ export function httpClient(
   }
 
   const stats = { staleRetries: 0 };
+  /**
+   * Sockets that have carried an answer. Node marks a request `reusedSocket` only when it takes
+   * a free socket from the pool; one that waited in the agent's queue (every socket busy) is
+   * handed the next socket freed, kept alive after its answer, unmarked, and the server may
+   * close that one under it just the same.
+   */
+  const served = new WeakSet<object>();
 
   function once(method: string, path: string, init: RequestInit, newConnection = false): Promise<Answer & { staleSocket?: boolean }> {
     const headers: Record<string, string> = { ...defaultHeaders, ...init.headers };
@@ -78,6 +85,8 @@ export function httpClient(
     return new Promise((resolve) => {
       let settled = false;
       let responded = false;
+      let usedBefore = false;
+      let carrier: object | undefined;
       const finish = (answer: Attempt) => {
         if (!settled) {
           settled = true;
@@ -100,6 +109,9 @@ export function httpClient(
           const chunks: Buffer[] = [];
           res.on('data', (c: Buffer) => chunks.push(c));
           res.on('end', () => {
+            if (carrier) {
+              served.add(carrier);
+            }
             const text = Buffer.concat(chunks).toString('utf8');
             let json: unknown;
             try {
@@ -114,13 +126,17 @@ export function httpClient(
           );
         },
       );
-      const failure = (message?: string) => ({ connection: req.reusedSocket ? 'kept-alive' : 'new', at: Date.now(), message }) as const;
+      req.on('socket', (socket) => {
+        carrier = socket;
+        usedBefore = req.reusedSocket || served.has(socket);
+      });
+      const failure = (message?: string) => ({ connection: usedBefore ? 'kept-alive' : 'new', at: Date.now(), message }) as const;
       req.setTimeout(init.timeoutMs ?? timeoutMs, () => {
         req.destroy();
         finish({ status: 0, body: '', json: undefined, headers: {}, error: 'timeout', failure: failure() });
       });
       req.on('error', (e: NodeJS.ErrnoException) => {
-        const stale = req.reusedSocket && !responded && (e.code === 'ECONNRESET' || e.code === 'EPIPE');
+        const stale = usedBefore && !responded && (e.code === 'ECONNRESET' || e.code === 'EPIPE');
         finish({
           status: 0,
           body: '',
