@@ -35,13 +35,18 @@ async function oneRequestAConnection(
     });
     socket.on('error', () => {});
   });
+  return { server, url: await listening(server), answered: () => answered, connections: () => connections };
+}
+
+/** Starts `server` on a free port of 127.0.0.1; its URL. */
+async function listening(server: Server): Promise<string> {
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
   const address = server.address();
   if (!address || typeof address === 'string') {
     throw new Error('no port');
   }
-  return { server, url: `http://127.0.0.1:${address.port}`, answered: () => answered, connections: () => connections };
+  return `http://127.0.0.1:${address.port}`;
 }
 
 describe('httpClient', () => {
@@ -128,13 +133,7 @@ describe('httpClient', () => {
       });
       socket.on('error', () => {});
     });
-    server.listen(0, '127.0.0.1');
-    await once(server, 'listening');
-    const address = server.address();
-    if (!address || typeof address === 'string') {
-      throw new Error('no port');
-    }
-    const http = httpClient(`http://127.0.0.1:${address.port}`, { maxSockets: 1, timeoutMs: 5_000 });
+    const http = httpClient(await listening(server), { maxSockets: 1, timeoutMs: 5_000 });
     try {
       const answers = await Promise.all([http.post('/', { json: { n: 1 } }), http.post('/', { json: { n: 2 } })]);
       expect(answers.map((a) => `${a.status}${a.error ? ` ${a.error}` : ''}`)).toEqual(['200', '200']);
