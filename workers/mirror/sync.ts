@@ -1,6 +1,6 @@
 import { backoffSeconds } from '../kernel/backoff';
 import { log } from '../kernel/log';
-import { MirrorSkipped, type MirrorView, mirrorRetryAt, type RedisConfig, readMirrorView, writeMirror } from './client';
+import { MirrorSkipped, type MirrorView, mirrorRetryAt, OPERATOR_READ, type RedisConfig, readMirrorView, writeMirror } from './client';
 import { compareMirror, type MirrorDiscrepancy, type MirrorExpectation } from './compare';
 import { deltaOps, emptyDelta, fullOps, isEmptyDelta, type MirrorFullState, type MirrorGoods, type MirrorResult } from './plan';
 
@@ -287,7 +287,9 @@ export class MirrorSync {
       const before = this.version;
       let view: MirrorView;
       try {
-        view = await readMirrorView(config, this.host.goodsId() ?? 0, { force: true }, this.host.stockPart?.());
+        // The reconciliation's read, an operator's: it waits as the stats' does, not the 300 ms a
+        // shopper's read gets (a loaded Redis that answered in 400 ms was reported unreachable).
+        view = await readMirrorView(config, this.host.goodsId() ?? 0, OPERATOR_READ, this.host.stockPart?.());
       } catch {
         return { ok: false, reason: 'UNREACHABLE', staleSince };
       }
