@@ -236,6 +236,11 @@ async function run(o: ChaosOptions): Promise<number> {
     );
     const took = `${seconds(runStarted)} s (${o.mode}), ${stack.cronRuns()} cron firings`;
     process.stdout.write(`\n${formatVerdict(verdicts, [...header, `took ${took}`, ''])}\n`);
+    // Not failures (a browser sends them again too), but counted: a run where they climb is one
+    // where the Worker closes connections more than it did.
+    say(
+      `requests sent again on a new connection after their kept-alive one was closed: ${stack.http.staleRetries + resultsHttp.staleRetries}`,
+    );
     const unanswered = sales.flatMap((s) => s.tally.noAnswerAt);
     if (o.verbose && unanswered.length > 0) {
       // Last, where a long log's tail is read: what the Worker and the runtime said about then.

@@ -157,13 +157,14 @@ export class Leases {
 
   /**
    * A batch this shard cannot cover asks for stock until it can or none comes, three asks at
-   * most and none begun after SHARD_CALL_MS (its shoppers wait; `on` says the sale still is), then runs `commit`, its transaction,
-   * with no await after the last check: units that came may have gone to another of this
-   * shard's batches on the way back (batches share an ask), and the loop then asks again.
-   * Meanwhile its units are wanted: the goods' figure a refusal gives leaves them out (`free`).
-   * `commit` is told whether a shortfall is the goods' sell-out: not when the last ask could
-   * not reach every unit (a shard did not answer, or units were still on their way); the
-   * shoppers it leaves out then retry, not SOLD_OUT. Asks never throw.
+   * most and none begun after SHARD_CALL_MS (its shoppers wait; `on` says the sale still is),
+   * then runs `commit`, its transaction, with no await after the last check: units that came
+   * may have gone to another of this shard's batches on the way back (batches share an ask),
+   * and the loop then asks again. Meanwhile its units are wanted: the goods' figure a refusal
+   * gives leaves them out (`free`). `commit` is told whether a shortfall is the goods'
+   * sell-out: not when the last ask could not reach every unit (a shard did not answer, or
+   * units were still on their way); the shoppers it leaves out then retry, not SOLD_OUT. Asks
+   * never throw.
    */
   async cover<T>(units: number, on: () => boolean, commit: (soldOutKnown: boolean) => T): Promise<T> {
     if (this.soldOutKnown()) {
