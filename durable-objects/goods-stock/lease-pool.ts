@@ -1,6 +1,6 @@
 import { log } from '../../workers/kernel/log';
 import { leaseChunk } from '../../workers/kernel/shards';
-import { lateCall, within } from '../../workers/kernel/within';
+import { callWithin } from '../../workers/kernel/within';
 import type { goodsStock } from '../routing';
 import type { LeaseRow, LeaseStore } from './lease-store';
 import type { Sale } from './storage';
@@ -28,15 +28,9 @@ export const SOLD_OUT_MEMORY_MS = 1_000;
 export const SHARD_CALL_MS = 3_000;
 
 /**
- * `call`, or an error once it has gone `ms` unanswered. A call to shard 0 that may make calls of
- * its own (a grant's sweep, the goods' figure) waits NESTED_CALL_MS, so shard 0's answer that a
- * shard did not answer reaches its asker in time.
+ * A call to shard 0 that may make calls of its own (a grant's sweep, the goods' figure) waits
+ * this long, so shard 0's answer that a shard did not answer reaches its asker in time.
  */
-export function shardCall<T>(call: Promise<T>, what: string, ms = SHARD_CALL_MS): Promise<T> {
-  return within(call, ms, lateCall(what, ms));
-}
-
-/** See shardCall. */
 export const NESTED_CALL_MS = 2 * SHARD_CALL_MS;
 
 /**
@@ -194,7 +188,7 @@ export class LeasePool {
     const others = Array.from({ length: this.c.place().shards - 1 }, (_, i) => i + 1);
     this.c.countCall(others.length);
     const figures = await Promise.all(
-      others.map((j) => shardCall(this.c.stub(sale, j).snapshot(), `shard ${j}'s snapshot`).catch(() => undefined)),
+      others.map((j) => callWithin(this.c.stub(sale, j).snapshot(), `shard ${j}'s snapshot`, SHARD_CALL_MS).catch(() => undefined)),
     );
     return figures.reduce((n, s) => n + (s?.free ?? s?.remaining ?? 0), this.ownLeft(sale));
   }
@@ -352,7 +346,7 @@ export class LeasePool {
     this.c.countCall(1);
     let reply: GiveBack;
     try {
-      reply = await shardCall(this.c.stub(sale, j).giveBack(sale.goodsId, reclaimId, max), `shard ${j}'s give-back`);
+      reply = await callWithin(this.c.stub(sale, j).giveBack(sale.goodsId, reclaimId, max), `shard ${j}'s give-back`, SHARD_CALL_MS);
     } catch (error) {
       log.warn('goods_stock.give_back_failed', { goodsId: sale.goodsId, shard: j, error });
       this.c.retryAt(Date.now() + 1_000);

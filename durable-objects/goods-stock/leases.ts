@@ -1,17 +1,9 @@
 import type { StockSnapshot } from '../../workers/kernel/contract';
 import { log } from '../../workers/kernel/log';
 import { leaseChunk } from '../../workers/kernel/shards';
+import { callWithin } from '../../workers/kernel/within';
 import { goodsStock } from '../routing';
-import {
-  type Gathered,
-  type GiveBack,
-  type Grant,
-  LeasePool,
-  NESTED_CALL_MS,
-  SHARD_CALL_MS,
-  SOLD_OUT_MEMORY_MS,
-  shardCall,
-} from './lease-pool';
+import { type Gathered, type GiveBack, type Grant, LeasePool, NESTED_CALL_MS, SHARD_CALL_MS, SOLD_OUT_MEMORY_MS } from './lease-pool';
 import { type LeaseRow, LeaseStore } from './lease-store';
 import type { Sale } from './storage';
 
@@ -262,7 +254,7 @@ export class Leases {
     this.poolCalls++;
     let grant: Grant;
     try {
-      grant = await shardCall(
+      grant = await callWithin(
         this.stub(sale, 0).grant(sale.goodsId, this.row.shard, grantId, want, need, dry, sale.remaining),
         "shard 0's grant",
         NESTED_CALL_MS,
@@ -318,7 +310,7 @@ export class Leases {
       return this.free(sale);
     }
     this.poolCalls++;
-    return shardCall(this.stub(sale, 0).goodsLeft(sale.goodsId), "shard 0's goods left", NESTED_CALL_MS).catch((error: unknown) => {
+    return callWithin(this.stub(sale, 0).goodsLeft(sale.goodsId), "shard 0's goods left", NESTED_CALL_MS).catch((error: unknown) => {
       log.warn('goods_stock.goods_left_failed', { goodsId: sale.goodsId, error });
       return this.host.sale()?.remaining ?? 0;
     });
@@ -362,7 +354,7 @@ export class Leases {
     if (!sale || this.row.shards <= 1 || this.row.shard === 0) {
       return;
     }
-    await shardCall(this.stub(sale, 0).report(this.row.shard, sale.remaining), "shard 0's report").catch((error: unknown) =>
+    await callWithin(this.stub(sale, 0).report(this.row.shard, sale.remaining), "shard 0's report", SHARD_CALL_MS).catch((error: unknown) =>
       log.warn('goods_stock.report_failed', { goodsId: sale.goodsId, error }),
     );
   }

@@ -3,7 +3,7 @@ import type { StoredLimits } from '../../workers/kernel/contract';
 import { LIMITS_RESET_NAME, resetEdgeObjectIfAsked, resetIfAsked } from '../../workers/kernel/dev-faults';
 import { DEFAULT_LIMITS, LimitsPatch } from '../../workers/kernel/limits';
 import { log } from '../../workers/kernel/log';
-import { lateCall, UPKEEP_CALL_MS, within } from '../../workers/kernel/within';
+import { callWithin } from '../../workers/kernel/within';
 import { allLimitsReplicas, legacyLimitsHolder, limitsStore } from '../routing';
 import { applyPatch, readStoredLimits } from './rules';
 import { LimitsStorage, type StoredRecord } from './storage';
@@ -55,9 +55,7 @@ export class LimitsStore extends DurableObject<Env> {
       allLimitsReplicas(this.env).map((replica) =>
         // A copy that misses the push (or never answers it: the change is not held for it)
         // re-reads the store within REPLICA_TTL_MS.
-        within(replica.replicate(stored), UPKEEP_CALL_MS, lateCall('a limits copy')).catch((error: unknown) =>
-          log.warn('limits.replicate_failed', { error }),
-        ),
+        callWithin(replica.replicate(stored), 'a limits copy').catch((error: unknown) => log.warn('limits.replicate_failed', { error })),
       ),
     );
     return stored;

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { log } from '../../workers/kernel/log';
 import { sumSnapshots } from '../../workers/kernel/shards';
 import { type HubReply, ROOM_SHARDS, type RoomGoods, type RoomStats, type ShardReport } from '../../workers/kernel/waiting-room';
-import { within } from '../../workers/kernel/within';
+import { callWithin } from '../../workers/kernel/within';
 import { goodsStock } from '../routing';
 import { decide, type HubState, type HubView, initialHubState, type Reported, roundsAfter, type Stock } from './hub-rules';
 import { lateness } from './measures';
@@ -170,9 +170,8 @@ export class RoomHub {
    */
   private async readStock(goods: RoomGoods): Promise<Stock | undefined> {
     const placement = { id: goods.goodsId, locationHint: goods.locationHint };
-    const late = () => new Error(`the stock object did not answer within ${STOCK_DEADLINE_MS} ms`);
     try {
-      const snapshot = await within(goodsStock(this.env, placement).snapshot(), STOCK_DEADLINE_MS, late);
+      const snapshot = await callWithin(goodsStock(this.env, placement).snapshot(), 'the stock object', STOCK_DEADLINE_MS);
       if (!snapshot) {
         return undefined;
       }
@@ -180,7 +179,7 @@ export class RoomHub {
       const n = snapshot.shards ?? 1;
       const others = await Promise.all(
         Array.from({ length: n - 1 }, (_, i) =>
-          within(goodsStock(this.env, placement, i + 1).snapshot(), STOCK_DEADLINE_MS, late).catch(() => undefined),
+          callWithin(goodsStock(this.env, placement, i + 1).snapshot(), `stock shard ${i + 1}`, STOCK_DEADLINE_MS).catch(() => undefined),
         ),
       );
       const read = others.filter((o) => o !== undefined && o !== null);

@@ -4,7 +4,7 @@ import { log } from '../../workers/kernel/log';
 import { ticketAnswer } from '../../workers/kernel/room-seal';
 import { sleep } from '../../workers/kernel/sleep';
 import { type JoinOutcome, opensAt, RoomGoods, type Round, type ShopperResult, type TicketView } from '../../workers/kernel/waiting-room';
-import { within } from '../../workers/kernel/within';
+import { callWithin } from '../../workers/kernel/within';
 import { roomHub } from '../routing';
 import { type Ticket, toRow } from './book';
 import { acceptLive, attachmentOf, due, pushResults, resultEvent, send, sent, stateEvent, userTag } from './live';
@@ -327,10 +327,10 @@ export class ShardRoom {
         messages,
         live: this.ctx.getWebSockets().length,
       });
-      const reply = await within(
+      const reply = await callWithin(
         roomHub(this.env, { id: goods.goodsId, locationHint: goods.locationHint }).report(report),
+        'the coordinator',
         REPORT_DEADLINE_MS,
-        () => new Error(`the coordinator did not answer within ${REPORT_DEADLINE_MS} ms`),
       );
       this.reportedAt = Date.now();
       this.quietReported = report.quiet === true;

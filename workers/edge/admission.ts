@@ -4,7 +4,7 @@ import { AppError } from '../kernel/errors';
 import { log } from '../kernel/log';
 import { sleep } from '../kernel/sleep';
 import { TokenBucket } from '../kernel/token-bucket';
-import { lateCall, UPKEEP_CALL_MS, within } from '../kernel/within';
+import { callWithin } from '../kernel/within';
 import type { WaitUntil } from './group-commit';
 import { isolateId } from './isolate-id';
 
@@ -89,7 +89,7 @@ async function renew(env: Env, p: Pool, goods: GoodsPlacement, rate: number): Pr
   try {
     // A gate that never answers must not leave the pool renewing for good: after the deadline it
     // counts as unavailable, and the gate's late grant goes unused for its one share's life.
-    const got = await within(admissionGate(env, goods).share(isolateId(), demand, rate), UPKEEP_CALL_MS, lateCall('the admission gate'));
+    const got = await callWithin(admissionGate(env, goods).share(isolateId(), demand, rate), 'the admission gate');
     const now = Date.now();
     // A gate of an earlier build says no renewMs: renew halfway through the share's life.
     const renewMs = got.renewMs ?? got.validMs / 2;

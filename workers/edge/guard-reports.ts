@@ -3,7 +3,7 @@ import { type BanPolicy, GUARD_MAX_SLOWDOWN, type KeyReport } from '../kernel/co
 import type { NewBan } from '../kernel/guard-book';
 import { log } from '../kernel/log';
 import { sleep } from '../kernel/sleep';
-import { lateCall, UPKEEP_CALL_MS, within } from '../kernel/within';
+import { callWithin } from '../kernel/within';
 import { ClientLimiter } from './client-limiter';
 import type { WaitUntil } from './group-commit';
 
@@ -187,7 +187,7 @@ async function sendBatch(env: Env, shard: string, batch: KeyReport[], used: BanP
   const sentAt = Date.now();
   try {
     const call = guardShardByName(env, shard).account({ isolate: limiter.isolate, policy: used, keys: batch });
-    const reply = await within(call, UPKEEP_CALL_MS, lateCall(`guard shard ${shard}`));
+    const reply = await callWithin(call, `guard shard ${shard}`);
     limiter.applyReply(reply, Date.now(), sentAt);
     return reply.slowdown ?? 1;
   } catch (error) {

@@ -2,7 +2,7 @@ import { LIMITS_REPLICAS, limitsReplica } from '../../durable-objects/routing';
 import { AppError } from '../kernel/errors';
 import type { Limits } from '../kernel/limits';
 import { log } from '../kernel/log';
-import { lateCall, UPKEEP_CALL_MS, within } from '../kernel/within';
+import { callWithin } from '../kernel/within';
 import type { WaitUntil } from './group-commit';
 import { isolateId } from './isolate-id';
 
@@ -36,7 +36,7 @@ async function refresh(env: Env, now: number): Promise<Limits> {
   refreshStartedAt = now;
   try {
     const copy = limitsReplica(env, replicaOf(isolateId())).replicaLimits();
-    const limits = (await within(copy, UPKEEP_CALL_MS, lateCall('the limits copy'))).limits;
+    const limits = (await callWithin(copy, 'the limits copy')).limits;
     cached = { limits, at: Date.now() };
     return limits;
   } catch (error) {

@@ -16,7 +16,7 @@ import {
   roomShardsOf,
   type TicketView,
 } from '../kernel/waiting-room';
-import { lateCall, UPKEEP_CALL_MS, within } from '../kernel/within';
+import { callWithin } from '../kernel/within';
 import { requireEligible } from './eligibility';
 import { objectCall } from './object-unavailable';
 import { refuseIfEnded } from './purchase';
@@ -99,7 +99,7 @@ async function note(env: Env, row: GoodsRow, d: Demand): Promise<void> {
     // report its arrivals nor hear of the line again): after the deadline the arrivals are
     // counted again for the next note, and the late call, should it land, counts them twice,
     // an estimate's error for one note.
-    const answer = await within(roomShard(env, row, shard).noteArrivals(goods, shard, n), UPKEEP_CALL_MS, lateCall('the room shard'));
+    const answer = await callWithin(roomShard(env, row, shard).noteArrivals(goods, shard, n), 'the room shard');
     d.active = answer.active;
     d.at = Date.now();
   } catch (error) {

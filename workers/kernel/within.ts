@@ -5,9 +5,9 @@
  */
 export const UPKEEP_CALL_MS = 3_000;
 
-/** The error a late call ends with. */
-export function lateCall(what: string, ms = UPKEEP_CALL_MS): () => Error {
-  return () => new Error(`${what} did not answer within ${ms} ms`);
+/** An object's answer to `call`, or the error that `what` did not answer within `ms`. */
+export function callWithin<T>(call: Promise<T>, what: string, ms = UPKEEP_CALL_MS): Promise<T> {
+  return within(call, ms, () => new Error(`${what} did not answer within ${ms} ms`));
 }
 
 /**
