@@ -3,6 +3,7 @@ import type { OrderMessage, OrderPack } from '../../workers/kernel/contract';
 import { failQueueSendIfAsked } from '../../workers/kernel/dev-faults';
 import { log } from '../../workers/kernel/log';
 import type { RetrySchedule } from '../../workers/kernel/retry-schedule';
+import { callWithin } from '../../workers/kernel/within';
 import { count } from '../../workers/metrics/registry';
 import { sendsOf } from './packs';
 import type { OutboxRow, StockStorage } from './storage';
@@ -25,6 +26,14 @@ const ROWS_PER_FLUSH = 1000;
  * messages; at rest a message waits this long more. The rows are committed before the wait.
  */
 export const SEND_COALESCE_MS = 10;
+/**
+ * How long a flush waits for the queue to take one sendBatch. A send that never answered held
+ * the flush's single flight, and with it every later flush and the reconciler's re-drive, for
+ * as long as the object lived: the goods' accepted orders sat in the outbox. Given up, the rows
+ * are retried with backoff like a refused send; a send that lands late makes a second copy,
+ * which the idempotent consumer drops.
+ */
+export const QUEUE_SEND_MS = 5_000;
 /** A stock shard's wait is at most this many times SEND_COALESCE_MS (100 ms). */
 const MAX_COALESCE_FACTOR = 10;
 
@@ -136,7 +145,8 @@ export class Outbox {
         if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
           failQueueSendIfAsked();
         }
-        await this.host.queue().sendBatch(send.packs.map((pack) => ({ body: packOf(pack), contentType: 'json' })));
+        const batch = send.packs.map((pack) => ({ body: packOf(pack), contentType: 'json' as const }));
+        await callWithin(this.host.queue().sendBatch(batch), 'the order queue', QUEUE_SEND_MS);
         this.store.markSent(
           send.rows.map((r) => r.seq),
           Date.now(),

@@ -4,6 +4,7 @@ import { eq } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { seckillOrder } from '../../db/schema';
 import type { GoodsStock } from '../../durable-objects/goods-stock/index';
+import { QUEUE_SEND_MS } from '../../durable-objects/goods-stock/outbox';
 import type { ReserveItem } from '../../workers/kernel/contract';
 import { createGoods, eventually, settled, sql, stockObject } from './helpers';
 
@@ -99,6 +100,39 @@ describe('GoodsStock', () => {
     const s = await settled(goodsId);
     expect(s).toMatchObject({ doRemaining: 2, dbStock: 2, orders: { PENDING_PAYMENT: 1 }, outboxPending: 0 });
   });
+
+  it('gives up a queue send that never answers: the flush ends, and the row goes out on the re-drive', async () => {
+    const { goodsId } = await createGoods({ stock: 3 });
+    const stub = stockObject(goodsId);
+    // The queue takes the batch and never answers, until the test lets it land (late).
+    const held: { batch: MessageSendRequest[]; land: () => void }[] = [];
+    const silentQueue = {
+      sendBatch: (batch: Iterable<MessageSendRequest>) => new Promise<void>((resolve) => held.push({ batch: [...batch], land: resolve })),
+    } as unknown as Queue;
+    await runInDurableObject(stub, (instance: GoodsStock) => swapQueue(instance, silentQueue));
+    const [o] = await stub.reserveMany(goodsId, [item(goodsId, 'fay')]);
+    expect(o?.ok).toBe(true);
+    await eventually(async () => (held.length > 0 ? true : undefined));
+    // A flush asked for now joins the one held on the queue: it ends at the deadline, where it
+    // had waited for good, and with it the reconciler's re-drive and every later flush.
+    const started = Date.now();
+    await stub.flushOutbox();
+    const tookMs = Date.now() - started;
+    expect(tookMs).toBeLessThan(QUEUE_SEND_MS + 2_000);
+    expect(await stub.snapshot()).toMatchObject({ outboxPending: 1, queued: 1 });
+
+    await runInDurableObject(stub, (instance: GoodsStock) => swapQueue(instance, env.ORDER_QUEUE));
+    expect(await stub.redriveOutbox()).toEqual({ before: 1, pending: 0 });
+    expect(await settled(goodsId)).toMatchObject({ doRemaining: 2, dbStock: 2, orders: { PENDING_PAYMENT: 1 } });
+
+    // The given-up send lands after all: a second copy of the order, which the consumer drops.
+    for (const send of held) {
+      await env.ORDER_QUEUE.sendBatch(send.batch);
+      send.land();
+    }
+    expect(await settled(goodsId)).toMatchObject({ doRemaining: 2, dbStock: 2, orders: { PENDING_PAYMENT: 1 }, consistent: true });
+    expect(await sql((db) => db.select().from(seckillOrder).where(eq(seckillOrder.goodsId, goodsId)))).toHaveLength(1);
+  }, 30_000);
 
   it('loses nothing when the object is evicted with unsent reservations', async () => {
     const { goodsId } = await createGoods({ stock: 4 });
