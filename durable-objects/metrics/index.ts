@@ -1,6 +1,7 @@
 import { DurableObject } from 'cloudflare:workers';
 import { resetEdgeObjectIfAsked } from '../../workers/kernel/dev-faults';
 import { log } from '../../workers/kernel/log';
+import type { FlushId } from '../../workers/metrics/flush';
 import { DeltaSum, type MetricsDelta, mergeDeltas } from '../../workers/metrics/registry';
 import { MetricsStorage } from './storage';
 
@@ -15,6 +16,12 @@ const PRUNE_INTERVAL_MS = 3600_000;
  * deploy) loses up to this much of the counts it heard.
  */
 export const PERSIST_INTERVAL_MS = 10_000;
+/**
+ * How long a shard remembers the last flush it counted from an isolate, so the same flush sent
+ * again (after a call that answered too late) counts once. In memory: a shard reset between a
+ * flush's write and its second sending counts it twice, a deploy's price like the lost interval.
+ */
+const HEARD_MS = 10 * 60_000;
 
 /**
  * One shard of the counter and histogram totals (see metricsShard in ../routing). Each isolate
@@ -28,6 +35,9 @@ export class Metrics extends DurableObject<Env> {
   private prunedAt = 0;
   /** Heard and not yet written; while it holds anything, an alarm is set to write it. */
   private pending = new DeltaSum();
+  /** Per isolate, the last flush counted (its seq) and when. */
+  private readonly heard = new Map<string, { seq: number; at: number }>();
+  private heardPrunedAt = 0;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -35,16 +45,46 @@ export class Metrics extends DurableObject<Env> {
     this.store.migrate();
   }
 
-  /** Adds one isolate's delta to the totals: at once to what totals() answers, to storage within PERSIST_INTERVAL_MS. */
-  async add(delta: MetricsDelta): Promise<void> {
+  /**
+   * Adds one isolate's delta to the totals: at once to what totals() answers, to storage within
+   * PERSIST_INTERVAL_MS. A flush already counted (`from`; an earlier build sends none) adds nothing.
+   */
+  async add(delta: MetricsDelta, from?: FlushId): Promise<void> {
     if (typeof __DEV_FEATURES__ === 'undefined' || __DEV_FEATURES__) {
       resetEdgeObjectIfAsked(this.ctx);
+    }
+    if (from && this.counted(from)) {
+      return;
     }
     // The alarm first: a call that fails adds nothing, and the isolate sends its delta again.
     if (this.pending.empty) {
       await this.ctx.storage.setAlarm(Date.now() + PERSIST_INTERVAL_MS);
+      // The same flush may have come in twice while the alarm was set.
+      if (from && this.counted(from)) {
+        return;
+      }
     }
     this.pending.add(delta);
+    if (from) {
+      this.noteHeard(from);
+    }
+  }
+
+  private counted(from: FlushId): boolean {
+    return (this.heard.get(from.isolate)?.seq ?? 0) >= from.seq;
+  }
+
+  private noteHeard(from: FlushId): void {
+    const now = Date.now();
+    this.heard.set(from.isolate, { seq: from.seq, at: now });
+    if (now - this.heardPrunedAt > HEARD_MS) {
+      this.heardPrunedAt = now;
+      for (const [isolate, { at }] of this.heard) {
+        if (at < now - HEARD_MS) {
+          this.heard.delete(isolate);
+        }
+      }
+    }
   }
 
   /** Every series' total: what is stored and what is waiting to be. */

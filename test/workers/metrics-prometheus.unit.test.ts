@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { COUNTERS, HISTOGRAMS } from '../../workers/metrics/catalog';
 import { renderPrometheus } from '../../workers/metrics/prometheus';
-import { count, observe, restoreDelta, takeDelta } from '../../workers/metrics/registry';
+import { count, observe, takeDelta } from '../../workers/metrics/registry';
 import { metric, parsePrometheus } from './helpers';
 
 describe('metrics registry', () => {
@@ -26,18 +26,6 @@ describe('metrics registry', () => {
     expect(h?.counts[2]).toBe(1);
     expect(h?.counts.at(-1)).toBe(1);
     expect(takeDelta()).toBeUndefined();
-  });
-
-  it('keeps a delta that could not be shipped', () => {
-    takeDelta();
-    count('seckill_reconcile_runs_total', { trigger: 'cron' }, 2);
-    const delta = takeDelta();
-    expect(delta).toBeDefined();
-    if (delta) {
-      restoreDelta(delta);
-    }
-    count('seckill_reconcile_runs_total', { trigger: 'cron' });
-    expect(takeDelta()?.counters).toEqual([{ name: 'seckill_reconcile_runs_total', labels: { trigger: 'cron' }, value: 3 }]);
   });
 
   it('ignores negative, zero and non-finite amounts', () => {

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import type { Metrics } from '../../durable-objects/metrics/index';
 import type { MetricsStorage } from '../../durable-objects/metrics/storage';
 import { METRICS_SHARDS, metricsShard } from '../../durable-objects/routing';
+import { MetricsShipper } from '../../workers/metrics/flush';
 import { type MetricsDelta, mergeDeltas } from '../../workers/metrics/registry';
 import { metric, scrape, watchStatements } from './helpers';
 
@@ -159,11 +160,93 @@ describe('metrics shards', () => {
     });
     expect(first).toBe('storage refused for the test');
     expect(await counterOf(shard, 'seckill_http_requests_total', labels)).toBe(0);
-    // The isolate keeps the delta and sends it again (workers/metrics/flush.ts restoreDelta).
+    // The isolate keeps the flush and sends it again (workers/metrics/flush.ts MetricsShipper).
     await shard.add(delta);
     expect(await counterOf(shard, 'seckill_http_requests_total', labels)).toBe(5);
     expect(await runDurableObjectAlarm(shard)).toBe(true);
     expect(await counterOf(shard, 'seckill_http_requests_total', labels)).toBe(5);
+  });
+
+  it("a flush sent again under its id counts once; the next one, and another isolate's, count", async () => {
+    const shard = lone(7);
+    const labels = { route: '/metrics-flush-ids', method: 'GET', outcome: 'ok' };
+    const delta = (value: number): MetricsDelta => ({
+      counters: [{ name: 'seckill_http_requests_total', labels, value }],
+      histograms: [],
+    });
+    await shard.add(delta(5), { isolate: 'a', seq: 1 });
+    await shard.add(delta(5), { isolate: 'a', seq: 1 });
+    expect(await counterOf(shard, 'seckill_http_requests_total', labels)).toBe(5);
+    await shard.add(delta(2), { isolate: 'a', seq: 2 });
+    // A copy of the first that lands after the second: counted already.
+    await shard.add(delta(5), { isolate: 'a', seq: 1 });
+    await shard.add(delta(3), { isolate: 'b', seq: 1 });
+    // An earlier build's flush carries no id.
+    await shard.add(delta(1));
+    expect(await counterOf(shard, 'seckill_http_requests_total', labels)).toBe(11);
+    // Written and read back, the ids still hold.
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    await shard.add(delta(2), { isolate: 'a', seq: 2 });
+    expect(await counterOf(shard, 'seckill_http_requests_total', labels)).toBe(11);
+  });
+
+  it("an isolate's flush that its shard never answers is given up at the deadline and sent again, counting once", async () => {
+    const shard = lone(8);
+    const labels = { route: '/metrics-flush-deadline', method: 'GET', outcome: 'ok' };
+    const gathered: MetricsDelta[] = [];
+    const gather = (value: number) => gathered.push({ counters: [{ name: 'seckill_http_requests_total', labels, value }], histograms: [] });
+    // The shard's answers are lost while `silent` (the call lands, its answer never comes), or
+    // the call is refused outright while `refusing`.
+    let silent = true;
+    let refusing = false;
+    let calls = 0;
+    const deadlineMs = 300;
+    const shipper = new MetricsShipper(
+      {
+        take: () => gathered.shift(),
+        isolate: () => 'deadline-test',
+        send: async (delta, from) => {
+          calls++;
+          if (refusing) {
+            throw new Error('refused for the test');
+          }
+          await shard.add(delta, from);
+          if (silent) {
+            await new Promise(() => {});
+          }
+        },
+      },
+      deadlineMs,
+    );
+    gather(5);
+    const started = Date.now();
+    const first = shipper.ship();
+    // A flush asked for while the send is under way leaves its counts to the next one.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    gather(2);
+    await shipper.ship();
+    expect(calls).toBe(1);
+    await first;
+    expect(Date.now() - started).toBeLessThan(deadlineMs + 1_500);
+    expect(shipper.owes).toBe(true);
+    expect(await counterOf(shard, 'seckill_http_requests_total', labels)).toBe(5);
+
+    // Sent again, under its id: the shard counted it already. Then the counts gathered since.
+    silent = false;
+    await shipper.ship();
+    expect(shipper.owes).toBe(false);
+    expect(calls).toBe(3);
+    expect(await counterOf(shard, 'seckill_http_requests_total', labels)).toBe(7);
+
+    // A flush the shard refused counts when sent again.
+    refusing = true;
+    gather(4);
+    await shipper.ship();
+    expect(shipper.owes).toBe(true);
+    refusing = false;
+    await shipper.ship();
+    expect(await counterOf(shard, 'seckill_http_requests_total', labels)).toBe(11);
+    expect(shipper.owes).toBe(false);
   });
 
   it('merging keeps one series per name and labels, whatever order the labels came in', () => {

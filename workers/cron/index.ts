@@ -35,6 +35,6 @@ export async function runScheduled(env: Env, now = Date.now()) {
       return summary;
     });
   } finally {
-    await flushMetrics(env);
+    await flushMetrics(env, 1_000);
   }
 }

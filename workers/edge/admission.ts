@@ -1,12 +1,12 @@
 import { admissionGate } from '../../durable-objects/routing';
 import type { GoodsPlacement } from '../kernel/contract';
 import { AppError } from '../kernel/errors';
+import { isolateId } from '../kernel/isolate-id';
 import { log } from '../kernel/log';
 import { sleep } from '../kernel/sleep';
 import { TokenBucket } from '../kernel/token-bucket';
 import { callWithin } from '../kernel/within';
 import type { WaitUntil } from './group-commit';
-import { isolateId } from './isolate-id';
 
 // Admission control: each goods lets at most `rate` requests per second through to its stock
 // object, across every isolate. The goods' AdmissionGate object splits the rate among the

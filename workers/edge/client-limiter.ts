@@ -1,6 +1,6 @@
 import type { AdmitKey, AdmitVerdict, BanPolicy, GuardReply, KeyReport } from '../kernel/contract';
 import { GuardBook, type NewBan } from '../kernel/guard-book';
-import { isolateId } from './isolate-id';
+import { isolateId } from '../kernel/isolate-id';
 
 // One isolate's limiter: it decides every per-IP and per-shopper limit and the ban counter from
 // what it holds, with no object call on the shopper's wait, and keeps the accounting for the

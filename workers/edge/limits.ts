@@ -1,10 +1,10 @@
 import { LIMITS_REPLICAS, limitsReplica } from '../../durable-objects/routing';
 import { AppError } from '../kernel/errors';
+import { isolateId } from '../kernel/isolate-id';
 import type { Limits } from '../kernel/limits';
 import { log } from '../kernel/log';
 import { callWithin } from '../kernel/within';
 import type { WaitUntil } from './group-commit';
-import { isolateId } from './isolate-id';
 
 // Each isolate keeps a copy of the runtime limits, so a change made with PUT /admin/limits
 // reaches the whole fleet within a few seconds without a redeploy. It reads one of the limits

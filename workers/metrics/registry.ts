@@ -162,13 +162,3 @@ export function mergeDeltas(deltas: readonly MetricsDelta[]): MetricsDelta {
   }
   return sum.total();
 }
-
-/** Puts back a delta that could not be shipped, so no count is lost. */
-export function restoreDelta(delta: MetricsDelta): void {
-  for (const c of delta.counters) {
-    addCounter(c.name, c.labels, c.value);
-  }
-  for (const h of delta.histograms) {
-    addHistogram(h);
-  }
-}

@@ -92,7 +92,8 @@ export async function consumeOrders(batch: MessageBatch<unknown>, env: Env): Pro
   try {
     await consumeGroups(env, config, groups, timing);
   } finally {
-    // A consumer has no waitUntil here; one RPC per batch keeps the counts current.
+    // A consumer has no waitUntil here; one RPC per batch keeps the counts current (where another
+    // invocation's send is under way, the counts go with the isolate's next flush).
     const flushStarted = Date.now();
     await flushMetrics(env);
     timing.flushMs = Date.now() - flushStarted;
