@@ -158,6 +158,10 @@ async function run(o: ChaosOptions): Promise<number> {
   // Its own client: a held result read keeps its socket for up to the page's wait.
   const resultsHttp = httpClient(stack.url, { maxSockets: 4_096, timeoutMs: 30_000 });
   const poller = new ResultPoller(resultsHttp, plan.pollMs);
+  // The hostile requests' own client, as a bot is not the shoppers' browsers: a burst of 25
+  // requests at once would otherwise take half the crowd's sockets and queue honest shoppers
+  // behind it, a cost to the crowd that the Worker never caused.
+  const hostileHttp = httpClient(stack.url, { maxSockets: 64, timeoutMs: 15_000 });
   try {
     const admin = adminApi(stack.http, stack.adminToken);
     say(
@@ -185,6 +189,7 @@ async function run(o: ChaosOptions): Promise<number> {
           phase,
           tally: sale.tally,
           poller,
+          hostileHttp,
           retryShare: plan.retryShare,
           maxInFlight: plan.maxInFlight,
         }),
@@ -239,7 +244,7 @@ async function run(o: ChaosOptions): Promise<number> {
     // Not failures (a browser sends them again too), but counted: a run where they climb is one
     // where the Worker closes connections more than it did.
     say(
-      `requests sent again on a new connection after their kept-alive one was closed: ${stack.http.staleRetries + resultsHttp.staleRetries}`,
+      `requests sent again on a new connection after their kept-alive one was closed: ${stack.http.staleRetries + resultsHttp.staleRetries + hostileHttp.staleRetries}`,
     );
     const unanswered = sales.flatMap((s) => s.tally.noAnswerAt);
     if (o.verbose && unanswered.length > 0) {
@@ -269,6 +274,7 @@ async function run(o: ChaosOptions): Promise<number> {
     process.off('SIGTERM', interrupt);
     await poller.stop();
     resultsHttp.close();
+    hostileHttp.close();
     await stack.close();
   }
 }

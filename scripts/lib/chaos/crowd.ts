@@ -129,7 +129,10 @@ export class ResultPoller {
 }
 
 export type CrowdContext = {
+  /** The shoppers' client. */
   http: HttpClient;
+  /** The hostile acts' client, its sockets apart from the shoppers'. */
+  hostileHttp: HttpClient;
   minter: Minter;
   goodsId: number;
   phase: PhasePlan;
@@ -229,7 +232,8 @@ async function shop(c: CrowdContext, s: Shopper, category: Category): Promise<vo
 const HOSTILE_KINDS = ['malformed', 'replayed-token', 'malformed', 'stolen-token', 'malformed', 'burst'] as const;
 
 /** One hostile act; every request of it must be refused, but for the one purchase a burst may win. */
-async function hostile(c: CrowdContext, n: number, mallory: Shopper, victim: Shopper): Promise<void> {
+async function hostile(crowd: CrowdContext, n: number, mallory: Shopper, victim: Shopper): Promise<void> {
+  const c = { ...crowd, http: crowd.hostileHttp };
   const kind = HOSTILE_KINDS[n % HOSTILE_KINDS.length] ?? 'malformed';
   const accepted = [...c.tally.accepted.values()];
   const spent = accepted[n % Math.max(1, accepted.length)];
