@@ -73,6 +73,7 @@ function workersProject(
             bindings: {
               ...devVars(),
               DATABASE_URL: s.databaseUrl,
+              TEST_SILENT_DATABASE_URL: s.silentDatabaseUrl,
               PG_WS_PROXY: s.pgWsProxy,
               UPSTASH_REDIS_REST_URL: s.redisRestUrl,
               UPSTASH_REDIS_REST_TOKEN: s.redisRestToken,

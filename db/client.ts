@@ -76,13 +76,41 @@ export async function withDb<T>(options: DbOptions, work: (db: Db) => Promise<T>
 }
 
 /**
+ * How long a statement over SQL over HTTP may take before it counts as Postgres out of reach:
+ * each is one statement, none of them long. Without it a Postgres that takes a statement and never
+ * answers (a server hung, a network that drops packets, where a stopped one refuses at once) held
+ * every request waiting on one for as long as it stayed so.
+ */
+export const STATEMENT_MS = 10_000;
+/**
+ * The same for a statement a shopper's request waits on (the goods list's renewal, a rule's
+ * statement where the edge has no copy, the shopper's orders): given up sooner, the request
+ * answers from what the isolate has or with 503 UNAVAILABLE, which the shopper's retry meets.
+ */
+export const SHOPPER_STATEMENT_MS = 2_000;
+
+/**
+ * Options the driver spreads into every fetch it makes for a statement: a getter, so each
+ * statement gets a deadline of its own from when it is sent. An aborted fetch is the driver's
+ * NeonDbError without a SQLSTATE, an outage to postgresUnavailable (db/outage.ts).
+ */
+function statementDeadline(ms: number): Record<string, unknown> {
+  return {
+    get signal() {
+      return AbortSignal.timeout(ms);
+    },
+  };
+}
+
+/**
  * A Drizzle client over SQL over HTTP, for work that is one statement at a time: no socket to
  * open, authenticate or close (Neon's proxy keeps warm connections behind the endpoint), so
- * nothing to end afterwards. No interactive transactions: those need withDb.
+ * nothing to end afterwards. No interactive transactions: those need withDb. Each statement is
+ * given up after `deadlineMs`.
  */
-export function httpDb(options: DbOptions): HttpDb {
+export function httpDb(options: DbOptions, deadlineMs = STATEMENT_MS): HttpDb {
   configureDriver(options.wsProxy);
-  return drizzleHttp({ client: neon(options.databaseUrl), schema });
+  return drizzleHttp({ client: neon(options.databaseUrl, { fetchOptions: statementDeadline(deadlineMs) }), schema });
 }
 
 /** The database settings of a parsed configuration. */

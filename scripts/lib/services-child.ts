@@ -10,6 +10,7 @@ const services = await startTestServices(options);
 process.stdout.write(
   `${JSON.stringify({
     databaseUrl: services.databaseUrl,
+    silentDatabaseUrl: services.silentDatabaseUrl,
     pgWsProxy: services.pgWsProxy,
     redisRestUrl: services.redisRestUrl,
     redisRestToken: services.redisRestToken,

@@ -17,7 +17,7 @@ const CHILD = join(fileURLToPath(new URL('.', import.meta.url)), 'services-child
 /** How long the child has to close its services (drop a fresh database) before it is killed. */
 const CLOSE_TIMEOUT_MS = 15_000;
 
-type Addresses = Pick<TestServices, 'databaseUrl' | 'pgWsProxy' | 'redisRestUrl' | 'redisRestToken'>;
+type Addresses = Pick<TestServices, 'databaseUrl' | 'silentDatabaseUrl' | 'pgWsProxy' | 'redisRestUrl' | 'redisRestToken'>;
 
 async function stop(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) {

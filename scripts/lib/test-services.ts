@@ -1,6 +1,7 @@
 // Services for a test run or a benchmark: Postgres (embedded, or a fresh database on a real
 // server), the Neon WebSocket bridge in front of it, and optionally the Upstash REST bridge.
 import { randomBytes } from 'node:crypto';
+import net from 'node:net';
 import pg from 'pg';
 import { applyMigrations } from './migrate.ts';
 import { startEmbeddedPostgres } from './pg-embedded.ts';
@@ -33,8 +34,35 @@ async function freshDatabase(serverUrl: string): Promise<{ url: string; drop(): 
   };
 }
 
+/**
+ * A server that takes connections and never answers on them: a Postgres hung, or a network that
+ * drops its packets, where a stopped server would refuse at once.
+ */
+async function silentServer(): Promise<{ port: number; close(): Promise<void> }> {
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.on('error', () => {});
+    socket.on('close', () => sockets.delete(socket));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as net.AddressInfo;
+  return {
+    port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) {
+          socket.destroy();
+        }
+        server.close(() => resolve());
+      }),
+  };
+}
+
 export type TestServices = {
   databaseUrl: string;
+  /** A database URL the bridge serves whose server takes every connection and never answers. */
+  silentDatabaseUrl: string;
   /** The embedded database's files as they are now, to start more from (undefined on a server). */
   snapshot: (() => Promise<Blob>) | undefined;
   pgWsProxy: string;
@@ -88,7 +116,9 @@ export async function startTestServices({
       }
     }
     const target = new URL(url);
-    const bridge = await startWsBridge({ allow: [`${target.hostname}:${target.port || 5432}`] });
+    const silent = await silentServer();
+    closers.push(() => silent.close());
+    const bridge = await startWsBridge({ allow: [`${target.hostname}:${target.port || 5432}`, `127.0.0.1:${silent.port}`] });
     closers.push(() => bridge.close());
     let redis: RedisRestBridge | undefined;
     if (redisUrl) {
@@ -98,6 +128,7 @@ export async function startTestServices({
     }
     return {
       databaseUrl: url,
+      silentDatabaseUrl: `postgres://postgres@127.0.0.1:${silent.port}/silent`,
       snapshot,
       pgWsProxy: bridge.proxy,
       redisRestUrl: redis?.url,

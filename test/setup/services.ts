@@ -11,7 +11,14 @@ declare module 'vitest' {
 }
 
 /** What a Worker test project binds: its Postgres, the bridge to it, and the Redis bridge (or ''). */
-export type WorkerServices = { databaseUrl: string; pgWsProxy: string; redisRestUrl: string; redisRestToken: string };
+export type WorkerServices = {
+  databaseUrl: string;
+  /** A database the bridge serves that takes every connection and never answers (TEST_SILENT_DATABASE_URL). */
+  silentDatabaseUrl: string;
+  pgWsProxy: string;
+  redisRestUrl: string;
+  redisRestToken: string;
+};
 
 /**
  * The Worker test files that act on the whole database, not only on goods of their own: the
@@ -56,6 +63,7 @@ export default async function setup(project: TestProject) {
   const own = await Promise.all(OWN_DATABASE_FILES.map((_, i) => start(base + (i + 1) * 1_000_000, migrated)));
   const bound = (s: TestServices): WorkerServices => ({
     databaseUrl: s.databaseUrl,
+    silentDatabaseUrl: s.silentDatabaseUrl,
     pgWsProxy: s.pgWsProxy,
     redisRestUrl: s.redisRestUrl ?? '',
     redisRestToken: s.redisRestToken ?? '',

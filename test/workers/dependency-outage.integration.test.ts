@@ -5,9 +5,10 @@
 import { runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
+import { SHOPPER_STATEMENT_MS } from '../../db/client';
 import { goodsStock, roomHub, roomShard } from '../../durable-objects/routing';
 import { REPORT_DEADLINE_MS } from '../../durable-objects/waiting-room/standing';
-import { getGoods } from '../../workers/edge/goods-cache';
+import { GOODS_TTL_MS, getGoods } from '../../workers/edge/goods-cache';
 import { objectCall } from '../../workers/edge/object-unavailable';
 import { lineIsOn } from '../../workers/edge/waiting-room';
 import { getConfig } from '../../workers/kernel/config';
@@ -33,6 +34,8 @@ import { createQueuedGoods, join, shopper, sleep } from './room-helpers';
 import { changeAllowlist, createRulesGoods } from './rules-helpers';
 
 const postgresDown = { ...env, DATABASE_URL: 'postgres://nobody:nobody@127.0.0.1:1/nowhere' } as Env;
+/** A Postgres the bridge reaches that takes every connection and statement and never answers (test/setup/services.ts). */
+const postgresHung = { ...env, DATABASE_URL: (env as unknown as { TEST_SILENT_DATABASE_URL: string }).TEST_SILENT_DATABASE_URL } as Env;
 
 type Ask = { path: string; method?: string; headers?: Record<string, string>; json?: unknown; body?: string };
 
@@ -172,6 +175,40 @@ describe('with Postgres out of reach', () => {
     opened.webSocket?.accept();
     opened.webSocket?.close();
   });
+});
+
+describe('with a Postgres that takes statements and never answers', () => {
+  /** The answer to `ask` with Postgres hung, and how long it took. */
+  async function timed(path: string, init: RequestInit = {}): Promise<{ res: Response; ms: number }> {
+    const started = Date.now();
+    const res = await call(path, { ...init, env: postgresHung });
+    return { res, ms: Date.now() - started };
+  }
+
+  it("a shopper's order read is 503 after the shopper's statement deadline, where it waited for good", async () => {
+    const { goodsId } = await createGoods({ stock: 2 });
+    const bought = await buyOrder('hung-reader', goodsId);
+    const { res, ms } = await timed(`/api/orders/${bought.orderId}`, { headers: bearer(bought.jwt) });
+    await expectUnavailable(res);
+    expect(ms).toBeGreaterThanOrEqual(SHOPPER_STATEMENT_MS - 100);
+    expect(ms).toBeLessThan(SHOPPER_STATEMENT_MS + 3_000);
+    expect((await call(`/api/orders/${bought.orderId}`, { headers: bearer(bought.jwt) })).status).toBe(200);
+  }, 30_000);
+
+  it("an isolate's goods list past its age answers a challenge after the renewal's deadline, from the list it has", async () => {
+    const { goodsId } = await createGoods({ stock: 2 });
+    const jwt = await devToken('hung-challenger');
+    // The list is read with the goods in it, then grows old enough that the next request renews it.
+    expect((await call(`/api/seckill/goods/${goodsId}/challenge`, { method: 'POST', headers: bearer(jwt) })).status).toBe(200);
+    await sleep(GOODS_TTL_MS + 100);
+    const { res, ms } = await timed(`/api/seckill/goods/${goodsId}/challenge`, { method: 'POST', headers: bearer(jwt) });
+    expect(res.status, await res.clone().text()).toBe(200);
+    expect(ms).toBeLessThan(SHOPPER_STATEMENT_MS + 3_000);
+    // The requests behind the renewing one answer from the list at once.
+    const next = await timed(`/api/seckill/goods/${goodsId}/challenge`, { method: 'POST', headers: bearer(jwt) });
+    expect(next.res.status).toBe(200);
+    expect(next.ms).toBeLessThan(1_000);
+  }, 30_000);
 });
 
 describe('with an object reset as the call reaches it', () => {

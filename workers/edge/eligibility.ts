@@ -1,5 +1,5 @@
 import { type Standing, shopperStanding } from '../../db/allowlist';
-import { dbOptions, httpDb } from '../../db/client';
+import { dbOptions, httpDb, SHOPPER_STATEMENT_MS } from '../../db/client';
 import type { GoodsRow } from '../../db/goods';
 import type { Config } from '../kernel/config';
 import { AppError } from '../kernel/errors';
@@ -90,7 +90,7 @@ export async function pageStanding(
 ): Promise<Standing> {
   const atEdge = fresh ? undefined : standingAtEdge(config, goods, userId, waitUntil);
   countCheck(goods, atEdge !== undefined);
-  return atEdge ?? (await shopperStanding(httpDb(dbOptions(config)), goods, userId));
+  return atEdge ?? (await shopperStanding(httpDb(dbOptions(config), SHOPPER_STATEMENT_MS), goods, userId));
 }
 
 /** Counts a check of the goods' rules by what answered it (`seckill_edge_rule_checks_total`). */
@@ -125,6 +125,6 @@ export async function requireEligible(config: Config, goods: GoodsRow, userId: s
     goods,
     say
       ? { listed: say.listed, held: 0, elsewhere: say.holding !== null && say.holding.goodsId !== goods.id }
-      : await shopperStanding(httpDb(dbOptions(config)), goods, userId),
+      : await shopperStanding(httpDb(dbOptions(config), SHOPPER_STATEMENT_MS), goods, userId),
   );
 }

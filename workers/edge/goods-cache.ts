@@ -1,5 +1,5 @@
 import { getTableColumns } from 'drizzle-orm';
-import { dbOptions, httpDb } from '../../db/client';
+import { dbOptions, httpDb, SHOPPER_STATEMENT_MS } from '../../db/client';
 import { type GoodsRow, listCurrentGoods } from '../../db/goods';
 import { seckillGoods } from '../../db/schema';
 import type { Config } from '../kernel/config';
@@ -8,7 +8,7 @@ import { log } from '../kernel/log';
 import { countRenewal, readShared, type SharedCopy, sharedKey, writeShared } from './shared-copies';
 
 /** How long an isolate trusts its copy of the goods list. */
-const GOODS_TTL_MS = 4_000;
+export const GOODS_TTL_MS = 4_000;
 /**
  * How long the data center's shared copy answers its isolates before the next one to refresh
  * asks Postgres: a list is at most GOODS_TTL_MS + SHARED_TTL_MS old (5 s, as when each isolate
@@ -73,8 +73,9 @@ async function reload(config: Config, from: 'shared' | 'postgres'): Promise<void
   const at = Date.now();
   let rows: GoodsRow[];
   try {
-    // One statement over SQL over HTTP: no Postgres session opened for it.
-    rows = await listCurrentGoods(httpDb(dbOptions(config)), at, ENDED_VISIBLE_MS);
+    // One statement over SQL over HTTP: no Postgres session opened for it. A request waits on it
+    // (the one renewing the isolate's list): given up after SHOPPER_STATEMENT_MS, as failed.
+    rows = await listCurrentGoods(httpDb(dbOptions(config), SHOPPER_STATEMENT_MS), at, ENDED_VISIBLE_MS);
   } catch (error) {
     countRenewal('goods_list', 'failed');
     if (!shared) {

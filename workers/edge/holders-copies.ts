@@ -1,4 +1,4 @@
-import { dbOptions, httpDb } from '../../db/client';
+import { dbOptions, httpDb, STATEMENT_MS } from '../../db/client';
 import { type HoldersRead, readActivityHolders, readGoodsHolders } from '../../db/holders';
 import type { SqlExecutor } from '../../db/orders';
 import type { Config } from '../kernel/config';
@@ -39,6 +39,13 @@ const ANSWER_MS = 5_000;
  * any outage the orders' queue and the objects' outboxes ride out.
  */
 const OUTAGE_ANSWER_MS = 30 * 60_000;
+/**
+ * How long a renewal's read of the changes may take: a read Postgres takes and never answers (a
+ * server hung, not refusing) fails after it, which lets the copy answer on as while Postgres is
+ * away, before its ANSWER_MS has run out (the renewal starts at RENEW_MS of age). A whole read may
+ * take a statement's STATEMENT_MS: its list may be large.
+ */
+const CHANGES_READ_MS = ANSWER_MS - RENEW_MS - 1_000;
 /** A renewal reads the changes stamped since its base's read less this: writes committed after that read but stamped before it. */
 const OVERLAP_MS = 2_000;
 /** A renewal reads the whole list when its base is older than this (the changes since would be most of it). */
@@ -242,11 +249,11 @@ async function renew(config: Config, scope: Scope, key: string): Promise<boolean
 
 /** The copy after Postgres' changes since `base` (when it is recent and whole-read within WHOLE_MS), else the whole list. */
 async function readFromPostgres(config: Config, scope: Scope, base: Holders | undefined): Promise<Holders> {
-  const db = httpDb(dbOptions(config));
-  const read = (since: number | null) => READERS[scope.copy](db, scope.id, since, MAX_HOLDERS);
+  const read = (since: number | null, deadlineMs: number) =>
+    READERS[scope.copy](httpDb(dbOptions(config), deadlineMs), scope.id, since, MAX_HOLDERS);
   const at = Date.now();
   if (base?.fingerprints && base.holdings && at - base.at < BASE_MS && base.asOf - base.wholeAt < WHOLE_MS) {
-    const changed = await read(base.asOf - OVERLAP_MS);
+    const changed = await read(base.asOf - OVERLAP_MS, CHANGES_READ_MS);
     if (changed.changes) {
       const merged = applyChanges(base.fingerprints, base.holdings, changed.changes);
       if (merged.fingerprints.length <= MAX_HOLDERS) {
@@ -254,7 +261,7 @@ async function readFromPostgres(config: Config, scope: Scope, base: Holders | un
       }
     }
   }
-  const whole = await read(null);
+  const whole = await read(null, STATEMENT_MS);
   if (!whole.changes) {
     return { asOf: whole.asOf, wholeAt: whole.asOf, at, fingerprints: null, holdings: null };
   }

@@ -1,5 +1,5 @@
 import { Hono } from 'hono';
-import { dbOptions, httpDb, withDbFor } from '../../../db/client';
+import { dbOptions, httpDb, SHOPPER_STATEMENT_MS, withDbFor } from '../../../db/client';
 import { closePendingOrder, findOrder, type OrderRow } from '../../../db/lifecycle';
 import { createPayment, markPaymentFailed } from '../../../db/payments';
 import { forgetHoldersOf } from '../../edge/holders-copies';
@@ -55,7 +55,7 @@ export const orders = new Hono<AppEnv>()
   .use(shopperFront, shopperAuth)
 
   .get('/:orderId', valid('param', OrderParam), saleLimits('order'), async (c) => {
-    const order = await findOrder(httpDb(dbOptions(c.get('config'))), c.req.valid('param').orderId);
+    const order = await findOrder(httpDb(dbOptions(c.get('config')), SHOPPER_STATEMENT_MS), c.req.valid('param').orderId);
     if (!order || order.userId !== c.get('userId')) {
       throw notFound();
     }
