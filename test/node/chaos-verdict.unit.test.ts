@@ -1,6 +1,7 @@
 // The chaos run's table and verdict (scripts/lib/chaos/verdict.ts) and its plan's arithmetic
 // (plan.ts), on hand-made end states: no stack, no network.
 import { describe, expect, it } from 'vitest';
+import { STATEMENT_MS } from '../../db/client.ts';
 import type { GoodsFacts } from '../../scripts/lib/chaos/collect.ts';
 import { lineCounts } from '../../scripts/lib/chaos/line.ts';
 import { chaosPlan, describeSchedule, parseChaosOptions, pastCapSeconds, retriesLastSeconds } from '../../scripts/lib/chaos/plan.ts';
@@ -312,6 +313,24 @@ describe('the plan', () => {
     expect(chaosPlan('full', production).phases.find((p) => p.fault === 'postgres-stopped')?.faultForS).toBeGreaterThanOrEqual(600);
     // Its goods under the activity rule, which the edge answers from its copy while Postgres is away.
     expect(chaosPlan('short', production).phases.find((p) => p.fault === 'postgres-stopped')?.limitScope).toBe('activity');
+  });
+
+  it('freezes Postgres as long as it stops it, in the full run and when the short run is asked for it', () => {
+    const frozen = (plan: ReturnType<typeof chaosPlan>) => plan.phases.find((p) => p.fault === 'postgres-frozen');
+    // Not in CI's first short run (its second asks for it by key), nor where --only leaves it out.
+    expect(frozen(chaosPlan('short', production))).toBeUndefined();
+    expect(frozen(chaosPlan('short', production, ['a', 'c']))).toBeUndefined();
+    for (const plan of [chaosPlan('full', production), chaosPlan('short', production, ['c', 'd', 'p'], 4, false)]) {
+      const phase = frozen(plan);
+      const stopped = chaosPlan(plan.mode, production).phases.find((p) => p.fault === 'postgres-stopped');
+      expect(phase?.key).toBe('p');
+      expect(phase?.faultForS).toBe(stopped?.faultForS);
+      expect(phase?.faultForS).toBeGreaterThan(plan.schedule.ordersRetriesLastS);
+      // Past the statements' deadline over SQL over HTTP, so the Worker meets it giving them up.
+      expect((phase?.faultForS ?? 0) * 1000).toBeGreaterThan(STATEMENT_MS);
+      expect(phase?.limitScope).toBe('activity');
+    }
+    expect(chaosPlan('short', production, ['c', 'd', 'p'], 4, false).phases.map((p) => p.key)).toEqual(['c', 'd', 'p']);
   });
 
   it('keeps Redis down and the queue sends failing past the cap of the retries that wait them out', () => {

@@ -1,10 +1,10 @@
-// The fault of a phase, acted out beside its crowd: the run's own servers stopped, killed and
-// started again, and the Worker's dev-only switches (/admin/dev/faults, admin token) for what
+// The fault of a phase, acted out beside its crowd: the run's own servers stopped, killed,
+// frozen and started again, and the Worker's dev-only switches (/admin/dev/faults, admin token) for what
 // cannot be done from outside: a goods' object reset, its waiting room's objects reset, the edge's
 // objects reset, queue sends failing, duplicate deliveries, the consumer failing after its write.
 import type { HttpClient } from '../load/http-client.ts';
 import type { FaultKind, PhasePlan } from './plan.ts';
-import type { OwnServer } from './services.ts';
+import type { OwnPostgres, OwnServer } from './services.ts';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -21,7 +21,7 @@ export type FaultContext = {
   http: HttpClient;
   adminToken: string;
   goodsId: number;
-  postgres: OwnServer;
+  postgres: OwnPostgres;
   redis: OwnServer | undefined;
   say: (line: string) => void;
 };
@@ -110,21 +110,34 @@ export async function actFault(phase: PhasePlan, c: FaultContext): Promise<Fault
     }
   };
   const heal = phase.faultAtS + phase.faultForS;
+  // Postgres made unavailable for the phase's fault, noted every minute of it, then brought back.
+  type Away = { go: () => Promise<void>; gone: string; still: string };
+  const postgresAway = async ({ go, gone, still }: Away, { back, returned }: { back: () => Promise<void>; returned: string }) => {
+    await at(phase.faultAtS);
+    await go();
+    note(`PostgreSQL ${gone} in ${phase.faultForS} s`);
+    for (let s = phase.faultAtS + 60; s < heal; s += 60) {
+      await at(s);
+      note(`PostgreSQL ${still} (${Math.round(heal - s)} s to go)`);
+    }
+    await at(heal);
+    await back();
+    note(`PostgreSQL ${returned}`);
+  };
   switch (phase.fault) {
     case 'none':
       return log;
     case 'postgres-stopped':
-      await at(phase.faultAtS);
-      await c.postgres.stop();
-      note(`PostgreSQL stopped (fast shutdown); back in ${phase.faultForS} s`);
-      for (let s = phase.faultAtS + 60; s < heal; s += 60) {
-        await at(s);
-        note(`PostgreSQL still down (${Math.round(heal - s)} s to go)`);
-      }
-      await at(heal);
-      await c.postgres.start();
-      note('PostgreSQL started again');
+    case 'postgres-frozen': {
+      const frozen = phase.fault === 'postgres-frozen';
+      await postgresAway(
+        frozen
+          ? { go: () => c.postgres.freeze(), gone: 'frozen (SIGSTOP, connections held open); thawed', still: 'still frozen' }
+          : { go: () => c.postgres.stop(), gone: 'stopped (fast shutdown); back', still: 'still down' },
+        frozen ? { back: () => c.postgres.thaw(), returned: 'thawed' } : { back: () => c.postgres.start(), returned: 'started again' },
+      );
       return log;
+    }
     case 'redis-killed':
       if (!c.redis) {
         throw new Error("phase b needs the mirror's redis-server (the run was started with --no-mirror)");

@@ -17,7 +17,8 @@ invariant holds, 1 when one breaks, 2 when the run could not be made.
 
   --short          the CI profile: fewer shoppers, a shortened retry schedule, under 3 minutes
                    (default: the full profile, about 20 minutes, production's schedule)
-  --only KEYS      run only these phases, e.g. --only a,c (keys: 0 a b c d e f g r)
+  --only KEYS      run only these phases, e.g. --only a,c (keys: 0 a b c d e f g p r; --short
+                   runs p only when named here)
   --shards N       spread each phase's goods over N stock shards, 1-64 (default 1): the faults
                    then meet grants and give-backs between shards as well as reservations
   --no-mirror      run without the Redis mirror (no redis-server, no phase b): every result
@@ -32,6 +33,7 @@ export type Mode = 'full' | 'short';
 export type FaultKind =
   | 'none'
   | 'postgres-stopped'
+  | 'postgres-frozen'
   | 'redis-killed'
   | 'object-reset'
   | 'room-reset'
@@ -144,8 +146,8 @@ export function parseChaosOptions(argv: string[]): ChaosOptions {
     allowPositionals: false,
   });
   const only = values.only?.split(',').map((k) => k.trim());
-  if (only?.some((k) => !/^[0a-gr]$/.test(k))) {
-    throw new Error(`--only takes phase keys among 0 a b c d e f g r, got ${values.only}`);
+  if (only?.some((k) => !/^[0a-gpr]$/.test(k))) {
+    throw new Error(`--only takes phase keys among 0 a b c d e f g p r, got ${values.only}`);
   }
   const shards = intOption(values.shards, 'shards', 1, 64) ?? 1;
   const mirror = !values['no-mirror'];
@@ -184,6 +186,7 @@ function phases(crowd: Crowd, faults: Record<FaultKind, Partial<PhasePlan>>): Ph
     ['e', 'duplicate-deliveries', 'every order message delivered twice'],
     ['f', 'consumer-fails', 'consumer failing after its write'],
     ['g', 'edge-reset', "the edge's objects reset"],
+    ['p', 'postgres-frozen', 'Postgres frozen, its connections held open'],
     ['r', 'room-reset', "the waiting room's objects reset"],
   ];
   return titles.map(([key, fault, title]) => ({ key, fault, title, ...crowd, faultAtS: 0, faultForS: 0, resetsAtS: [], ...faults[fault] }));
@@ -193,7 +196,9 @@ function phases(crowd: Crowd, faults: Record<FaultKind, Partial<PhasePlan>>): Ph
 export function chaosPlan(mode: Mode, production: QueueSchedule, only?: string[], shards = 1, mirror = true): ChaosPlan {
   const plan = { ...(mode === 'full' ? fullPlan(production) : shortPlan()), shards, mirror };
   // Without the mirror there is no redis-server to kill.
-  const phases = plan.phases.filter((p) => (!only || only.includes(p.key)) && (mirror || p.fault !== 'redis-killed'));
+  const phases = plan.phases.filter(
+    (p) => (only ? only.includes(p.key) : mode === 'full' || !SHORT_WHEN_ASKED.includes(p.fault)) && (mirror || p.fault !== 'redis-killed'),
+  );
   return { ...plan, phases };
 }
 
@@ -211,6 +216,8 @@ function fullPlan(production: QueueSchedule): Omit<ChaosPlan, 'shards' | 'mirror
       none: {},
       // Its sale under the activity rule: the tickets of the shoppers who come during the outage are answered at the edge.
       'postgres-stopped': { faultAtS: 15, faultForS: outageS, lengthS: 15 + outageS + 30, limitScope: 'activity' },
+      // The same length, but nothing is refused: every call to Postgres waits for an answer.
+      'postgres-frozen': { faultAtS: 15, faultForS: outageS, lengthS: 15 + outageS + 30, limitScope: 'activity' },
       'redis-killed': { faultAtS: 15, faultForS: redisDownS, lengthS: 15 + redisDownS + 30 },
       'object-reset': { resetsAtS: [5, 10, 15, 20, 25, 30, 35] },
       // Its shards and coordinator, while the crowd waits in the line, is let in and buys.
@@ -237,6 +244,12 @@ function fullPlan(production: QueueSchedule): Omit<ChaosPlan, 'shards' | 'mirror
   };
 }
 
+/**
+ * Phases of the short profile that run only when --only names them: CI runs them in its second,
+ * shorter run (over stock shards), beside the first, so the runs end together.
+ */
+const SHORT_WHEN_ASKED: readonly FaultKind[] = ['postgres-frozen'];
+
 function shortPlan(): Omit<ChaosPlan, 'shards' | 'mirror'> {
   const crowd = { stock: 20, buyers: 24, latecomers: 50, again: 6, hostile: 20, sellS: 7, lengthS: 10 };
   const cap = 4;
@@ -250,6 +263,8 @@ function shortPlan(): Omit<ChaosPlan, 'shards' | 'mirror'> {
   const phaseList = phases(crowd, {
     none: {},
     'postgres-stopped': { faultAtS: 3, faultForS: outageS, lengthS: 3 + outageS + 4, limitScope: 'activity' },
+    // As long as the outage: past the statements' 10 s deadline and the consumer's retries.
+    'postgres-frozen': { faultAtS: 3, faultForS: outageS, lengthS: 3 + outageS + 4, limitScope: 'activity' },
     'redis-killed': { faultAtS: 3, faultForS: 3 },
     'object-reset': { resetsAtS: [1.5, 3, 4.5, 6] },
     // The line holds the crowd (about 3 joins a second, then the latecomers' burst, for 4 a
@@ -298,6 +313,7 @@ export function describeSchedule(plan: ChaosPlan): string[] {
   const delay = (q: QueueSettings) => (q.retryDelay === undefined ? 'the delay the consumer asks for' : `retry_delay ${q.retryDelay} s`);
   const bindings = Object.entries(s.bindings).map(([k, v]) => `${k}=${v}`);
   const outage = plan.phases.find((p) => p.fault === 'postgres-stopped');
+  const frozen = plan.phases.find((p) => p.fault === 'postgres-frozen');
   const redis = plan.phases.find((p) => p.fault === 'redis-killed');
   const sends = plan.phases.find((p) => p.fault === 'queue-send-fails');
   const outboxCap = s.bindings.OUTBOX_RETRY_CAP_SECONDS ?? String(DEFAULT_RETRY_SCHEDULE.outboxRetryCapSeconds);
@@ -310,6 +326,7 @@ export function describeSchedule(plan: ChaosPlan): string[] {
     `  cron:              every ${s.cronEveryMs / 1000} s${s.cronEveryMs === 60_000 ? ', on the minute, as in production' : ''}`,
     ...(plan.mirror ? [] : ['  Redis mirror:      off (result reads held by the stock shards; no phase b)']),
     ...(outage ? [`  Postgres outage:   ${outage.faultForS} s`] : []),
+    ...(frozen ? [`  Postgres frozen:   ${frozen.faultForS} s`] : []),
     ...(redis
       ? [`  Redis down:        ${redis.faultForS} s (mirror writes retry 1 s doubling, then every ${MIRROR_RETRY_CAP_SECONDS} s)`]
       : []),

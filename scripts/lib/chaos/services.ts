@@ -29,6 +29,36 @@ export type OwnServer = {
   remove(): Promise<void>;
 };
 
+/** This run's PostgreSQL: also frozen in place, its connections held open and unanswered. */
+export type OwnPostgres = OwnServer & {
+  logFile: string;
+  /**
+   * Stops every process of the server (SIGSTOP): the postmaster first, so it forks no new
+   * backend, then its backends. The kernel still accepts connections and keeps the open ones,
+   * but nothing answers: a server hung, or a network that drops packets, not one refused.
+   */
+  freeze(): Promise<void>;
+  /** Lets them run again (SIGCONT); what waited on them is answered then. */
+  thaw(): Promise<void>;
+};
+
+/** The processes whose parent is `pid`, read from /proc. */
+async function childPids(pid: number): Promise<number[]> {
+  const found: number[] = [];
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) {
+      continue;
+    }
+    // stat is "pid (comm) state ppid ...": the command may hold spaces and parentheses.
+    const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '');
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    if (ppid === pid) {
+      found.push(Number(entry));
+    }
+  }
+  return found;
+}
+
 /** The newest PostgreSQL server binaries on this machine (CHAOS_PG_BIN overrides), or why there are none. */
 export async function postgresBinDir(env: Record<string, string | undefined> = process.env): Promise<string> {
   if (env.CHAOS_PG_BIN) {
@@ -97,7 +127,7 @@ async function endProcess(child: ChildProcess, signal: NodeJS.Signals, graceMs =
 }
 
 /** A throw-away PostgreSQL cluster on a free port; `url` is its `postgres` database, user postgres, no password. */
-export async function startOwnPostgres(): Promise<OwnServer & { logFile: string }> {
+export async function startOwnPostgres(): Promise<OwnPostgres> {
   const bin = await postgresBinDir();
   const user = await serverUser();
   const dir = await mkdtemp(join(tmpdir(), 'edge-seckill-chaos-pg-'));
@@ -115,7 +145,26 @@ export async function startOwnPostgres(): Promise<OwnServer & { logFile: string 
   const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
   let child: ChildProcess | undefined;
 
-  const server: OwnServer & { logFile: string } = {
+  const signalAll = async (signal: NodeJS.Signals) => {
+    const pid = child?.pid;
+    if (pid === undefined || !server.running) {
+      throw new Error('PostgreSQL is not running');
+    }
+    if (signal === 'SIGSTOP') {
+      process.kill(pid, signal);
+    }
+    for (const backend of await childPids(pid)) {
+      try {
+        process.kill(backend, signal);
+      } catch {
+        // A backend that ended meanwhile.
+      }
+    }
+    if (signal === 'SIGCONT') {
+      process.kill(pid, signal);
+    }
+  };
+  const server: OwnPostgres = {
     url,
     port,
     logFile,
@@ -154,9 +203,13 @@ export async function startOwnPostgres(): Promise<OwnServer & { logFile: string 
     },
     async stop() {
       if (child) {
+        // A frozen server cannot hear the shutdown.
+        await signalAll('SIGCONT').catch(() => {});
         await endProcess(child, 'SIGINT');
       }
     },
+    freeze: () => signalAll('SIGSTOP'),
+    thaw: () => signalAll('SIGCONT'),
     async remove() {
       await server.stop();
       await rm(dir, { recursive: true, force: true });

@@ -14,7 +14,7 @@ import { msUntilNext } from '../dev-cron.ts';
 import { type HttpClient, httpClient } from '../load/http-client.ts';
 import { startWorkerStack, type WorkerStack } from '../miniflare-stack.ts';
 import type { ChaosPlan, QueueSchedule, QueueSettings } from './plan.ts';
-import { type OwnServer, startOwnPostgres, startOwnRedis } from './services.ts';
+import { type OwnPostgres, type OwnServer, startOwnPostgres, startOwnRedis } from './services.ts';
 import { clock } from './tally.ts';
 
 const configPath = fileURLToPath(new URL('../../../wrangler.toml', import.meta.url));
@@ -128,7 +128,7 @@ export type ChaosStack = {
   adminToken: string;
   http: HttpClient;
   /** The run's own servers, to stop and start. */
-  postgres: OwnServer;
+  postgres: OwnPostgres;
   /** Undefined when the run goes without the Redis mirror. */
   redis: OwnServer | undefined;
   /** The run's database on its PostgreSQL (what the Worker writes). */

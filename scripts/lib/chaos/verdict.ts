@@ -151,7 +151,7 @@ export function judgePhase(p: PhaseInput): PhaseVerdict {
     ),
     // Nothing a shopper asks for waits on Postgres: not the goods list, the ticket (its goods is
     // activity-scoped, its rule answered from the edge's copy), the purchase or the result.
-    ...(p.fault === 'postgres-stopped'
+    ...(p.fault === 'postgres-stopped' || p.fault === 'postgres-frozen'
       ? [
           check(
             'the sale answered through the outage',
