@@ -60,12 +60,20 @@ class MarkedPool extends Pool {
 }
 
 /**
+ * How long a pool's connection may take to open (the socket, the startup, the authentication)
+ * before it counts as Postgres out of reach: a server that takes the socket and never answers
+ * held the transaction waiting on it for as long as it stayed so. A statement on a connection
+ * that opened keeps no deadline (a transaction's statements may be long).
+ */
+export const CONNECT_MS = 5_000;
+
+/**
  * Runs `work` with a Drizzle client on a fresh Neon Pool and always ends the pool: a leaked
  * pool keeps its sockets and exhausts the server's connections. For interactive transactions.
  */
 export async function withDb<T>(options: DbOptions, work: (db: Db) => Promise<T>): Promise<T> {
   configureDriver(options.wsProxy);
-  const pool = new MarkedPool({ connectionString: options.databaseUrl, max: options.max ?? 5 });
+  const pool = new MarkedPool({ connectionString: options.databaseUrl, max: options.max ?? 5, connectionTimeoutMillis: CONNECT_MS });
   // An idle client's socket error must not become an unhandled rejection of the isolate.
   pool.on('error', () => {});
   try {

@@ -117,9 +117,11 @@ export async function startTestServices({
     }
     const target = new URL(url);
     const silent = await silentServer();
-    closers.push(() => silent.close());
     const bridge = await startWsBridge({ allow: [`${target.hostname}:${target.port || 5432}`, `127.0.0.1:${silent.port}`] });
     closers.push(() => bridge.close());
+    // Closed before the bridge (closers run last first): the bridge's connections to it, which
+    // never open, end with it, where the bridge waited on them for good.
+    closers.push(() => silent.close());
     let redis: RedisRestBridge | undefined;
     if (redisUrl) {
       const rest = await startRedisRestBridge({ redisUrl, token: randomBytes(16).toString('hex') });

@@ -5,7 +5,7 @@
 import { runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
-import { SHOPPER_STATEMENT_MS } from '../../db/client';
+import { CONNECT_MS, SHOPPER_STATEMENT_MS } from '../../db/client';
 import { goodsStock, roomHub, roomShard } from '../../durable-objects/routing';
 import { REPORT_DEADLINE_MS } from '../../durable-objects/waiting-room/standing';
 import { GOODS_TTL_MS, getGoods } from '../../workers/edge/goods-cache';
@@ -193,6 +193,18 @@ describe('with a Postgres that takes statements and never answers', () => {
     expect(ms).toBeGreaterThanOrEqual(SHOPPER_STATEMENT_MS - 100);
     expect(ms).toBeLessThan(SHOPPER_STATEMENT_MS + 3_000);
     expect((await call(`/api/orders/${bought.orderId}`, { headers: bearer(bought.jwt) })).status).toBe(200);
+  }, 30_000);
+
+  it("an operator's change, whose transaction's connection never opens, is 503 after the connect deadline", async () => {
+    const { goodsId } = await createGoods({ stock: 2 });
+    const { res, ms } = await timed(`/admin/goods/${goodsId}/allowlist`, {
+      method: 'PUT',
+      headers: { ...ADMIN, 'content-type': 'application/json' },
+      body: JSON.stringify({ add: ['hung-listed'] }),
+    });
+    await expectUnavailable(res);
+    expect(ms).toBeGreaterThanOrEqual(CONNECT_MS - 100);
+    expect(ms).toBeLessThan(CONNECT_MS + 3_000);
   }, 30_000);
 
   it("an isolate's goods list past its age answers a challenge after the renewal's deadline, from the list it has", async () => {

@@ -1,4 +1,4 @@
-import { dbOptions, httpDb, STATEMENT_MS } from '../../db/client';
+import { dbOptions, httpDb } from '../../db/client';
 import { type HoldersRead, readActivityHolders, readGoodsHolders } from '../../db/holders';
 import type { SqlExecutor } from '../../db/orders';
 import type { Config } from '../kernel/config';
@@ -25,8 +25,8 @@ import { type CopyName, countRenewal, dropShared, readSharedBytes, sharedKey, wr
 // it does not know of yet is let through as one the statement did not know of would be, and the
 // objects and Postgres' unique index settle it (one order, the other refused); a goods' page
 // shows a purchase a second or two after Postgres has it. While Postgres is away (the renewals
-// failing) a copy answers up to OUTAGE_ANSWER_MS old. Where the copy is
-// missing, too old or over MAX_HOLDERS, the shopper's statement answers.
+// failing, or one under way for LATE_RENEWAL_MS) a copy answers up to OUTAGE_ANSWER_MS old.
+// Where the copy is missing, too old or over MAX_HOLDERS, the shopper's statement answers.
 
 /** From this age a request renews its isolate's copy, in the background. */
 const RENEW_MS = 1_000;
@@ -40,12 +40,13 @@ const ANSWER_MS = 5_000;
  */
 const OUTAGE_ANSWER_MS = 30 * 60_000;
 /**
- * How long a renewal's read of the changes may take: a read Postgres takes and never answers (a
- * server hung, not refusing) fails after it, which lets the copy answer on as while Postgres is
- * away, before its ANSWER_MS has run out (the renewal starts at RENEW_MS of age). A whole read may
- * take a statement's STATEMENT_MS: its list may be large.
+ * A renewal under way for longer than this counts as failing: the copy answers on as while
+ * Postgres is away, before its ANSWER_MS has run out (a renewal starts at RENEW_MS of age). A
+ * Postgres that takes a read and never answers (a server hung, not refusing) had left the copy
+ * silent after ANSWER_MS and every shopper's statement waiting. The read itself goes on (up to a
+ * statement's STATEMENT_MS, db/client.ts): a slow one on a busy server is not cut short.
  */
-const CHANGES_READ_MS = ANSWER_MS - RENEW_MS - 1_000;
+const LATE_RENEWAL_MS = ANSWER_MS - RENEW_MS - 1_000;
 /** A renewal reads the changes stamped since its base's read less this: writes committed after that read but stamped before it. */
 const OVERLAP_MS = 2_000;
 /** A renewal reads the whole list when its base is older than this (the changes since would be most of it). */
@@ -98,13 +99,23 @@ function sharedName(config: Config, scope: Scope): Promise<string> {
  * the read time a copy must be after (an order cancelled here), since when its renewals have
  * failed (0: the last one did not), and the asks counted toward a whole read (LOAD_AFTER_ASKS).
  */
-type Kept = { copy: Holders | undefined; renewingSince: number; notBefore: number; failingSince: number; asks: number; asksSince: number };
+type Kept = {
+  copy: Holders | undefined;
+  renewingSince: number;
+  notBefore: number;
+  failingSince: number;
+  /** Renewals under way, and since when one has been (0: none). */
+  inFlight: number;
+  inFlightSince: number;
+  asks: number;
+  asksSince: number;
+};
 /** Per database and activity or goods, in the order their copies were last renewed. */
 const kept = new Map<string, Kept>();
 
 /** What an isolate keeps of an activity or goods before its first copy (or after a cancel at `notBefore`). */
 function nothingKept(notBefore = 0): Kept {
-  return { copy: undefined, renewingSince: 0, notBefore, failingSince: 0, asks: 0, asksSince: 0 };
+  return { copy: undefined, renewingSince: 0, notBefore, failingSince: 0, inFlight: 0, inFlightSince: 0, asks: 0, asksSince: 0 };
 }
 
 /** A shopper's live order in an activity, as a copy has it. */
@@ -155,25 +166,36 @@ function heldIn(config: Config, scope: Scope, userId: string, waitUntil: WaitUnt
   if (waitUntil && (!copy || now - copy.at >= renewAfter) && now - mine.renewingSince >= RENEW_MS && worthReading(mine, scope, now)) {
     mine.renewingSince = now;
     const renewing = mine;
+    if (renewing.inFlight++ === 0) {
+      renewing.inFlightSince = now;
+    }
+    const landed = () => {
+      if (--renewing.inFlight === 0) {
+        renewing.inFlightSince = 0;
+      }
+    };
     waitUntil(
       // Failed or done, the next may start a RENEW_MS after this one's start.
-      renew(config, scope, key).then(
-        (renewed) => {
-          if (renewed) {
-            renewing.failingSince = 0;
-          }
-        },
-        (error: unknown) => {
-          if (renewing.failingSince === 0) {
-            // Once a stretch of failures: they come every second while Postgres is away.
-            renewing.failingSince = Date.now();
-            log.warn(`${scope.copy}.renew_failed`, { [scope.copy === 'activity_holders' ? 'activityId' : 'goodsId']: scope.id, error });
-          }
-        },
-      ),
+      renew(config, scope, key)
+        .finally(landed)
+        .then(
+          (renewed) => {
+            if (renewed) {
+              renewing.failingSince = 0;
+            }
+          },
+          (error: unknown) => {
+            if (renewing.failingSince === 0) {
+              // Once a stretch of failures: they come every second while Postgres is away.
+              renewing.failingSince = Date.now();
+              log.warn(`${scope.copy}.renew_failed`, { [scope.copy === 'activity_holders' ? 'activityId' : 'goodsId']: scope.id, error });
+            }
+          },
+        ),
     );
   }
-  const answersFor = mine.failingSince > 0 ? OUTAGE_ANSWER_MS : ANSWER_MS;
+  const late = mine.inFlightSince > 0 && now - mine.inFlightSince > LATE_RENEWAL_MS;
+  const answersFor = mine.failingSince > 0 || late ? OUTAGE_ANSWER_MS : ANSWER_MS;
   if (!copy?.fingerprints || !copy.holdings || now - copy.at >= answersFor) {
     return undefined;
   }
@@ -249,11 +271,11 @@ async function renew(config: Config, scope: Scope, key: string): Promise<boolean
 
 /** The copy after Postgres' changes since `base` (when it is recent and whole-read within WHOLE_MS), else the whole list. */
 async function readFromPostgres(config: Config, scope: Scope, base: Holders | undefined): Promise<Holders> {
-  const read = (since: number | null, deadlineMs: number) =>
-    READERS[scope.copy](httpDb(dbOptions(config), deadlineMs), scope.id, since, MAX_HOLDERS);
+  const db = httpDb(dbOptions(config));
+  const read = (since: number | null) => READERS[scope.copy](db, scope.id, since, MAX_HOLDERS);
   const at = Date.now();
   if (base?.fingerprints && base.holdings && at - base.at < BASE_MS && base.asOf - base.wholeAt < WHOLE_MS) {
-    const changed = await read(base.asOf - OVERLAP_MS, CHANGES_READ_MS);
+    const changed = await read(base.asOf - OVERLAP_MS);
     if (changed.changes) {
       const merged = applyChanges(base.fingerprints, base.holdings, changed.changes);
       if (merged.fingerprints.length <= MAX_HOLDERS) {
@@ -261,7 +283,7 @@ async function readFromPostgres(config: Config, scope: Scope, base: Holders | un
       }
     }
   }
-  const whole = await read(null, STATEMENT_MS);
+  const whole = await read(null);
   if (!whole.changes) {
     return { asOf: whole.asOf, wholeAt: whole.asOf, at, fingerprints: null, holdings: null };
   }
