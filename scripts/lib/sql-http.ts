@@ -170,22 +170,22 @@ function parsePayload(text: string): Payload {
   return { single: check(payload) };
 }
 
-/** Ends a pool and waits until its connections are closed (pool.end() resolves before that). */
+/**
+ * Ends a pool and waits until its connections are closed (pool.end() resolves before that). A
+ * client still connecting (to a server that never answers) leaves the pool without a 'remove'
+ * when its connect fails: the count is read again rather than the events counted.
+ */
 async function endPool(pool: pg.Pool): Promise<void> {
-  let open = pool.totalCount;
-  const closed = new Promise<void>((resolve) => {
-    if (open === 0) {
-      resolve();
-    }
-    pool.on('remove', () => {
-      if (--open === 0) {
-        resolve();
-      }
-    });
-  });
-  await pool.end().catch(() => {});
-  await closed;
+  const ended = pool.end().catch(() => {});
+  const deadline = Date.now() + END_POOL_MS;
+  while (pool.totalCount > 0 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  await Promise.race([ended, new Promise((resolve) => setTimeout(resolve, Math.max(0, deadline - Date.now())))]);
 }
+
+/** How long ending a pool waits for its connections (a connect to a silent server never ends on its own). */
+const END_POOL_MS = 5_000;
 
 export type SqlOverHttp = { handle(req: IncomingMessage, res: ServerResponse): Promise<void>; close(): Promise<void> };
 
