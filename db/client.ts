@@ -60,20 +60,12 @@ class MarkedPool extends Pool {
 }
 
 /**
- * How long a pool's connection may take to open (the socket, the startup, the authentication)
- * before it counts as Postgres out of reach: a server that takes the socket and never answers
- * held the transaction waiting on it for as long as it stayed so. A statement on a connection
- * that opened keeps no deadline (a transaction's statements may be long).
- */
-export const CONNECT_MS = 5_000;
-
-/**
  * Runs `work` with a Drizzle client on a fresh Neon Pool and always ends the pool: a leaked
  * pool keeps its sockets and exhausts the server's connections. For interactive transactions.
  */
 export async function withDb<T>(options: DbOptions, work: (db: Db) => Promise<T>): Promise<T> {
   configureDriver(options.wsProxy);
-  const pool = new MarkedPool({ connectionString: options.databaseUrl, max: options.max ?? 5, connectionTimeoutMillis: CONNECT_MS });
+  const pool = new MarkedPool({ connectionString: options.databaseUrl, max: options.max ?? 5 });
   // An idle client's socket error must not become an unhandled rejection of the isolate.
   pool.on('error', () => {});
   try {
@@ -84,23 +76,26 @@ export async function withDb<T>(options: DbOptions, work: (db: Db) => Promise<T>
 }
 
 /**
- * How long a statement over SQL over HTTP may take before it counts as Postgres out of reach:
- * each is one statement, none of them long. Without it a Postgres that takes a statement and never
- * answers (a server hung, a network that drops packets, where a stopped one refuses at once) held
- * every request waiting on one for as long as it stayed so.
- */
-export const STATEMENT_MS = 10_000;
-/**
- * The same for a statement a shopper's request waits on (the goods list's renewal, a rule's
- * statement where the edge has no copy, the shopper's orders): given up sooner, the request
- * answers from what the isolate has or with 503 UNAVAILABLE, which the shopper's retry meets.
+ * How long a statement over SQL over HTTP that a shopper's request waits on (the goods list's
+ * renewal, a rule's statement where the edge has no copy, an order read) may take before it
+ * counts as Postgres out of reach: the request then answers from what the isolate has, or 503
+ * UNAVAILABLE, which the shopper's retry meets. Without it a Postgres that takes a statement and
+ * never answers (a server hung, a network that drops packets, where a stopped one refuses at
+ * once) held every such request for as long as it stayed so.
  */
 export const SHOPPER_STATEMENT_MS = 2_000;
+/**
+ * The same for a read in the background that a copy at the edge waits on (a holders copy's
+ * renewal): long, since its list may be large and nobody waits on it but the copy.
+ */
+export const COPY_READ_MS = 10_000;
 
 /**
  * Options the driver spreads into every fetch it makes for a statement: a getter, so each
  * statement gets a deadline of its own from when it is sent. An aborted fetch is the driver's
- * NeonDbError without a SQLSTATE, an outage to postgresUnavailable (db/outage.ts).
+ * NeonDbError without a SQLSTATE, an outage to postgresUnavailable (db/outage.ts). The other
+ * statements (the consumer's writes, the operator's, the webhooks') keep none: on a busy local
+ * Postgres they may take seconds and are better late than failed and retried.
  */
 function statementDeadline(ms: number): Record<string, unknown> {
   return {
@@ -113,12 +108,13 @@ function statementDeadline(ms: number): Record<string, unknown> {
 /**
  * A Drizzle client over SQL over HTTP, for work that is one statement at a time: no socket to
  * open, authenticate or close (Neon's proxy keeps warm connections behind the endpoint), so
- * nothing to end afterwards. No interactive transactions: those need withDb. Each statement is
- * given up after `deadlineMs`.
+ * nothing to end afterwards. No interactive transactions: those need withDb. With `deadlineMs`,
+ * each statement is given up after it.
  */
-export function httpDb(options: DbOptions, deadlineMs = STATEMENT_MS): HttpDb {
+export function httpDb(options: DbOptions, deadlineMs?: number): HttpDb {
   configureDriver(options.wsProxy);
-  return drizzleHttp({ client: neon(options.databaseUrl, { fetchOptions: statementDeadline(deadlineMs) }), schema });
+  const fetchOptions = deadlineMs === undefined ? undefined : statementDeadline(deadlineMs);
+  return drizzleHttp({ client: neon(options.databaseUrl, fetchOptions ? { fetchOptions } : {}), schema });
 }
 
 /** The database settings of a parsed configuration. */

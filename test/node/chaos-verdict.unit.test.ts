@@ -1,7 +1,7 @@
 // The chaos run's table and verdict (scripts/lib/chaos/verdict.ts) and its plan's arithmetic
 // (plan.ts), on hand-made end states: no stack, no network.
 import { describe, expect, it } from 'vitest';
-import { STATEMENT_MS } from '../../db/client.ts';
+import { COPY_READ_MS } from '../../db/client.ts';
 import type { GoodsFacts } from '../../scripts/lib/chaos/collect.ts';
 import { lineCounts } from '../../scripts/lib/chaos/line.ts';
 import { chaosPlan, describeSchedule, parseChaosOptions, pastCapSeconds, retriesLastSeconds } from '../../scripts/lib/chaos/plan.ts';
@@ -326,8 +326,8 @@ describe('the plan', () => {
       expect(phase?.key).toBe('p');
       expect(phase?.faultForS).toBe(stopped?.faultForS);
       expect(phase?.faultForS).toBeGreaterThan(plan.schedule.ordersRetriesLastS);
-      // Past the statements' deadline over SQL over HTTP, so the Worker meets it giving them up.
-      expect((phase?.faultForS ?? 0) * 1000).toBeGreaterThan(STATEMENT_MS);
+      // Past the holders copy's read deadline, so the Worker meets it giving them up.
+      expect((phase?.faultForS ?? 0) * 1000).toBeGreaterThan(COPY_READ_MS);
       expect(phase?.limitScope).toBe('activity');
     }
     expect(chaosPlan('short', production, ['c', 'd', 'p'], 4, false).phases.map((p) => p.key)).toEqual(['c', 'd', 'p']);

@@ -112,7 +112,8 @@ describe('object-call accounting', () => {
     const res = await roomShard(env, { id: 987_002, locationHint: null }, 0).fetch(new Request('https://room.test/live'));
     expect(res).toBeInstanceOf(Response);
     await res.body?.cancel();
-    expect((await readCalls()).counts.WaitingRoom).toEqual({ fetch: { calls: 1, items: 1 } });
+    // The fetch alone: a room of an earlier test may still be asked for its results meanwhile.
+    expect((await readCalls()).counts.WaitingRoom?.fetch).toEqual({ calls: 1, items: 1 });
   });
 
   it('names the class of every object routing makes', () => {

@@ -1,4 +1,4 @@
-import { dbOptions, httpDb } from '../../db/client';
+import { COPY_READ_MS, dbOptions, httpDb } from '../../db/client';
 import { type HoldersRead, readActivityHolders, readGoodsHolders } from '../../db/holders';
 import type { SqlExecutor } from '../../db/orders';
 import type { Config } from '../kernel/config';
@@ -43,10 +43,15 @@ const OUTAGE_ANSWER_MS = 30 * 60_000;
  * A renewal under way for longer than this counts as failing: the copy answers on as while
  * Postgres is away, before its ANSWER_MS has run out (a renewal starts at RENEW_MS of age). A
  * Postgres that takes a read and never answers (a server hung, not refusing) had left the copy
- * silent after ANSWER_MS and every shopper's statement waiting. The read itself goes on (up to a
- * statement's STATEMENT_MS, db/client.ts): a slow one on a busy server is not cut short.
+ * silent after ANSWER_MS and every shopper's statement waiting. The read itself goes on (up to
+ * COPY_READ_MS, db/client.ts): a slow one on a busy server is not cut short.
  */
 const LATE_RENEWAL_MS = ANSWER_MS - RENEW_MS - 1_000;
+/**
+ * Past this a renewal still counted under way is one whose invocation was torn down before it
+ * landed (a live one has failed at its statement's deadline by then, and set failingSince).
+ */
+const LOST_RENEWAL_MS = COPY_READ_MS + LATE_RENEWAL_MS;
 /** A renewal reads the changes stamped since its base's read less this: writes committed after that read but stamped before it. */
 const OVERLAP_MS = 2_000;
 /** A renewal reads the whole list when its base is older than this (the changes since would be most of it). */
@@ -194,7 +199,8 @@ function heldIn(config: Config, scope: Scope, userId: string, waitUntil: WaitUnt
         ),
     );
   }
-  const late = mine.inFlightSince > 0 && now - mine.inFlightSince > LATE_RENEWAL_MS;
+  const underWay = mine.inFlightSince > 0 ? now - mine.inFlightSince : 0;
+  const late = underWay > LATE_RENEWAL_MS && underWay < LOST_RENEWAL_MS;
   const answersFor = mine.failingSince > 0 || late ? OUTAGE_ANSWER_MS : ANSWER_MS;
   if (!copy?.fingerprints || !copy.holdings || now - copy.at >= answersFor) {
     return undefined;
@@ -271,7 +277,7 @@ async function renew(config: Config, scope: Scope, key: string): Promise<boolean
 
 /** The copy after Postgres' changes since `base` (when it is recent and whole-read within WHOLE_MS), else the whole list. */
 async function readFromPostgres(config: Config, scope: Scope, base: Holders | undefined): Promise<Holders> {
-  const db = httpDb(dbOptions(config));
+  const db = httpDb(dbOptions(config), COPY_READ_MS);
   const read = (since: number | null) => READERS[scope.copy](db, scope.id, since, MAX_HOLDERS);
   const at = Date.now();
   if (base?.fingerprints && base.holdings && at - base.at < BASE_MS && base.asOf - base.wholeAt < WHOLE_MS) {
