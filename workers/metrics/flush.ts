@@ -42,7 +42,7 @@ export class MetricsShipper {
     private readonly deadlineMs = UPKEEP_CALL_MS,
   ) {}
 
-  /** True while counts wait to be shipped here (an unconfirmed flush, or counts not yet taken). */
+  /** True while a flush its shard has not confirmed waits to be sent again. */
   get owes(): boolean {
     return this.unconfirmed !== undefined;
   }

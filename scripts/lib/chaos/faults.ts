@@ -111,8 +111,8 @@ export async function actFault(phase: PhasePlan, c: FaultContext): Promise<Fault
   };
   const heal = phase.faultAtS + phase.faultForS;
   // Postgres made unavailable for the phase's fault, noted every minute of it, then brought back.
-  type Away = { go: () => Promise<void>; gone: string; still: string };
-  const postgresAway = async ({ go, gone, still }: Away, { back, returned }: { back: () => Promise<void>; returned: string }) => {
+  type Away = { go: () => Promise<void>; gone: string; still: string; back: () => Promise<void>; returned: string };
+  const postgresAway = async ({ go, gone, still, back, returned }: Away) => {
     await at(phase.faultAtS);
     await go();
     note(`PostgreSQL ${gone} in ${phase.faultForS} s`);
@@ -129,12 +129,17 @@ export async function actFault(phase: PhasePlan, c: FaultContext): Promise<Fault
       return log;
     case 'postgres-stopped':
     case 'postgres-frozen': {
-      const frozen = phase.fault === 'postgres-frozen';
+      const pg = c.postgres;
       await postgresAway(
-        frozen
-          ? { go: () => c.postgres.freeze(), gone: 'frozen (SIGSTOP, connections held open); thawed', still: 'still frozen' }
-          : { go: () => c.postgres.stop(), gone: 'stopped (fast shutdown); back', still: 'still down' },
-        frozen ? { back: () => c.postgres.thaw(), returned: 'thawed' } : { back: () => c.postgres.start(), returned: 'started again' },
+        phase.fault === 'postgres-frozen'
+          ? {
+              go: pg.freeze,
+              gone: 'frozen (SIGSTOP, connections held open); thawed',
+              still: 'still frozen',
+              back: pg.thaw,
+              returned: 'thawed',
+            }
+          : { go: pg.stop, gone: 'stopped (fast shutdown); back', still: 'still down', back: pg.start, returned: 'started again' },
       );
       return log;
     }
